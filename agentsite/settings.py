@@ -1,0 +1,199 @@
+"""Settings for agentsite, read from the environment.
+
+Every setting that an operator may change is read here through a small typed helper, and each
+one is documented in the README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return int(value)
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def env_mapping(name: str, default: dict[str, str]) -> dict[str, str]:
+    """A mapping given either as a JSON object or as `name=value,name=value`."""
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    value = value.strip()
+    if value.startswith("{"):
+        parsed = json.loads(value)
+        return {str(k): str(v) for k, v in parsed.items()}
+    pairs = (part.split("=", 1) for part in value.split(",") if part.strip())
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+DEBUG = env_bool("DEBUG", False)
+
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise RuntimeError("SECRET_KEY must be set when DEBUG is off.")
+    SECRET_KEY = "dev-only-insecure-key-never-use-in-production"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "template_partials",
+    "conversations",
+    "approvals",
+    "tracing",
+    "agentsite.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "agentsite.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "agentsite.context_processors.agentsite",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "agentsite.wsgi.application"
+ASGI_APPLICATION = "agentsite.asgi.application"
+
+# --- Database -------------------------------------------------------------------------------
+# SQLite by default, tuned for a web app with a few concurrent writers: WAL so readers never
+# wait for the writer, IMMEDIATE transactions so two writers queue at BEGIN instead of failing
+# half-way with "database is locked", and a busy timeout so they queue rather than error.
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+}
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
+    # Tests use a file, not SQLite's shared-cache memory database: the session store is used
+    # from several threads at once, and shared-cache locking skips the busy timeout.
+    DATABASES["default"]["TEST"] = {
+        "NAME": str(Path(tempfile.gettempdir()) / f"agentsite-test-{os.getpid()}.sqlite3")
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channels ------------------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Auth, i18n, static --------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "home"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# --- The agents ----------------------------------------------------------------------------
+OPENAI_API_KEY = env_str("OPENAI_API_KEY")
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
+# The model name sent to OpenAI or to the OpenAI-compatible endpoint.
+AGENTSITE_MODEL = env_str("AGENTSITE_MODEL", "gpt-4.1-mini")
+# Registered agents: public name -> dotted path of an `agents.Agent`. The first is the default.
+AGENTSITE_AGENTS = env_mapping(
+    "AGENTSITE_AGENTS", {"support": "agentsite.demo.agents.support_desk"}
+)
+
+# Encryption at rest for conversation items: a Fernet key (or another high-entropy secret).
+AGENTSITE_SESSION_ENCRYPTION_KEY = env_str("AGENTSITE_SESSION_ENCRYPTION_KEY")
+# How long an encrypted item stays readable, in seconds. 0 means no practical expiry: the
+# SDK's own default of ten minutes would make chat history silently vanish.
+AGENTSITE_SESSION_TTL = env_int("AGENTSITE_SESSION_TTL", 0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "agentsite": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+        "conversations": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    },
+}

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TracingConfig(AppConfig):
+    name = "tracing"
+    verbose_name = "Traces"
