@@ -40,3 +40,15 @@ def no_trace_upload() -> None:
     from agents import set_trace_processors
 
     set_trace_processors([])
+
+
+@pytest.fixture(autouse=True)
+def plain_static_storage(settings: Any) -> None:
+    """Pages render without `collectstatic` having built a manifest."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+from tests.live import browser, live_site, page  # noqa: E402,F401  (fixtures)

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from conversations.models import Conversation, SessionItem
+
+
+class SessionItemInline(admin.TabularInline):
+    model = SessionItem
+    fields = ["id", "kind", "pretty_payload", "created"]
+    readonly_fields = fields
+    ordering = ["id"]
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    @admin.display(description="kind")
+    def kind(self, item: SessionItem) -> str:
+        return item.kind
+
+    @admin.display(description="payload")
+    def pretty_payload(self, item: SessionItem) -> str:
+        text = json.dumps(item.payload, indent=2, ensure_ascii=False)
+        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+
+
+@admin.register(Conversation)
+class ConversationAdmin(admin.ModelAdmin):
+    list_display = ["session_id", "title", "owner", "agent_name", "item_count", "updated"]
+    list_filter = ["agent_name", "created", "updated"]
+    search_fields = ["session_id", "title", "owner__username", "owner__email"]
+    readonly_fields = ["created", "updated"]
+    raw_id_fields = ["owner"]
+    date_hierarchy = "updated"
+    inlines = [SessionItemInline]
+
+    def get_queryset(self, request: HttpRequest):  # type: ignore[no-untyped-def]
+        from django.db.models import Count
+
+        return super().get_queryset(request).select_related("owner").annotate(_items=Count("items"))
+
+    @admin.display(description="items", ordering="_items")
+    def item_count(self, conversation: Conversation) -> int:
+        return conversation._items  # type: ignore[attr-defined,no-any-return]

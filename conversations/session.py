@@ -1,0 +1,303 @@
+"""The SDK's `Session` protocol on Django models.
+
+`DjangoSession` answers exactly as the SDK's `SQLiteSession` does (a differential test holds
+it to that), but stores items in `SessionItem` rows so that conversations live in the site's
+own database, show up in admin, and can be owned by a user.
+
+Each operation is one hop to a worker thread that does all its queries there, because a hop
+costs far more than a query (SDK_NOTES: about 110 µs). Hops are not thread-sensitive, so
+several conversations, or several writers to one conversation, really run at once; the
+database keeps them apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from agents.extensions.memory.encrypt_session import EncryptedSession, _is_encrypted_envelope
+from agents.items import TResponseInputItem
+from agents.memory.session import SessionABC, _await_mutation
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
+from asgiref.sync import sync_to_async
+from cryptography.fernet import InvalidToken
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from conversations.models import Conversation, SessionItem
+
+logger = logging.getLogger(__name__)
+
+# Fernet needs a number; a century is "no practical expiry" for a chat history.
+NO_EXPIRY_SECONDS = 100 * 365 * 24 * 3600
+
+
+class DjangoSession(SessionABC):
+    """A conversation's history, for `Runner.run(..., session=DjangoSession(id))`.
+
+    The `Conversation` row is created on the first `add_items`; `owner` and `agent_name` are
+    used only then. `clear_session` empties the history but keeps the conversation itself
+    (its owner, title and runs), unlike `SQLiteSession`, which forgets the session row.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        owner: Any = None,
+        agent_name: str | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
+        self._owner = owner
+        self._agent_name = agent_name
+        # A cache only: every write re-checks it, so a deleted conversation is recreated.
+        self._conversation_pk: int | None = None
+
+    @classmethod
+    def for_conversation(
+        cls,
+        conversation: Conversation,
+        *,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> DjangoSession:
+        session = cls(conversation.session_id, session_settings=session_settings)
+        session._conversation_pk = conversation.pk
+        return session
+
+    def __repr__(self) -> str:
+        return f"DjangoSession({self.session_id!r})"
+
+    # --- the Session protocol ------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        effective = resolve_session_limit(limit, self.session_settings)
+        if effective == 0:
+            return []
+        return await sync_to_async(self._get_items_sync, thread_sensitive=False)(effective)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        if not items:
+            return
+        # Copied before the hop, so a caller that mutates its list later changes nothing.
+        batch = list(items)
+        await _await_mutation(
+            sync_to_async(self._add_items_sync, thread_sensitive=False)(batch)
+        )
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        return await self._pop_item_with_validation()
+
+    async def clear_session(self) -> None:
+        await _await_mutation(sync_to_async(self._clear_sync, thread_sensitive=False)())
+
+    async def _pop_item_with_validation(
+        self, validate: Callable[[TResponseInputItem], None] | None = None
+    ) -> TResponseInputItem | None:
+        """Pop the newest item; if `validate` raises, nothing is removed."""
+        return await _await_mutation(
+            sync_to_async(self._pop_sync, thread_sensitive=False)(validate)
+        )
+
+    # --- the synchronous halves, each run whole in one worker thread -----------------------
+
+    def _items(self) -> Any:
+        return SessionItem.objects.filter(conversation__session_id=self.session_id)
+
+    def _get_items_sync(self, limit: int | None) -> list[TResponseInputItem]:
+        if limit is None or limit < 0:
+            # SQLite reads a negative LIMIT as "no limit"; SQLiteSession inherits that.
+            return list(self._items().order_by("id").values_list("payload", flat=True))
+        newest_first = list(self._items().order_by("-id").values_list("payload", flat=True)[:limit])
+        newest_first.reverse()
+        return newest_first
+
+    def _add_items_sync(self, items: list[TResponseInputItem]) -> None:
+        with transaction.atomic():
+            conversation_pk = self._lock_conversation(create=True)
+            assert conversation_pk is not None
+            SessionItem.objects.bulk_create(
+                [SessionItem(conversation_id=conversation_pk, payload=item) for item in items]
+            )
+
+    def _pop_sync(
+        self, validate: Callable[[TResponseInputItem], None] | None
+    ) -> TResponseInputItem | None:
+        with transaction.atomic():
+            conversation_pk = self._lock_conversation(create=False)
+            if conversation_pk is None:
+                return None
+            newest = (
+                SessionItem.objects.filter(conversation_id=conversation_pk)
+                .order_by("-id")
+                .values_list("id", "payload")
+                .first()
+            )
+            if newest is None:
+                return None
+            item_pk, payload = newest
+            if validate is not None:
+                validate(payload)
+            SessionItem.objects.filter(pk=item_pk).delete()
+            return payload  # type: ignore[no-any-return]
+
+    def _clear_sync(self) -> None:
+        with transaction.atomic():
+            conversation_pk = self._lock_conversation(create=False)
+            if conversation_pk is not None:
+                SessionItem.objects.filter(conversation_id=conversation_pk).delete()
+
+    def _lock_conversation(self, *, create: bool) -> int | None:
+        """Lock this conversation's row for the rest of the transaction and return its pk.
+
+        Every writer of one conversation takes this lock first, so concurrent `add_items`
+        batches are serialized: each batch gets contiguous, ordered primary keys. (SQLite's
+        IMMEDIATE transactions already serialize all writers; on PostgreSQL the row lock of
+        this UPDATE does it per conversation.)
+        """
+        now = timezone.now()
+        rows = Conversation.objects.filter(session_id=self.session_id)
+        if (
+            self._conversation_pk is not None
+            and rows.filter(pk=self._conversation_pk).update(updated=now) == 1
+        ):
+            return self._conversation_pk
+        if create:
+            conversation, created = Conversation.objects.get_or_create(
+                session_id=self.session_id,
+                defaults={"owner": self._owner, "agent_name": self._agent_name or ""},
+            )
+            if not created:
+                Conversation.objects.filter(pk=conversation.pk).update(updated=now)
+            self._conversation_pk = conversation.pk
+            return conversation.pk
+        found = rows.select_for_update().values_list("pk", flat=True).first()
+        self._conversation_pk = found
+        return found
+
+
+class UnreadableSessionItem(Exception):
+    """The newest item of an encrypted session cannot be decrypted, so it was not popped."""
+
+
+_unreadable_lock = threading.Lock()
+_unreadable_counts: Counter[str] = Counter()
+
+
+def unreadable_item_counts() -> dict[str, int]:
+    """How many unreadable items each session id has met in this process, for operators."""
+    with _unreadable_lock:
+        return dict(_unreadable_counts)
+
+
+def _fingerprint(item: Any) -> str:
+    raw = json.dumps(item, sort_keys=True, default=str).encode()
+    return hashlib.sha256(raw).hexdigest()[:12]
+
+
+class AuditedEncryptedSession(EncryptedSession):
+    """The SDK's `EncryptedSession`, minus its silent data loss.
+
+    The SDK skips an item that fails to decrypt (wrong key, corruption, a plaintext row
+    written before encryption was turned on) without a word, and its `pop_item` on any
+    backend but `SQLiteSession` deletes such items on the way. Here every such item is
+    logged and counted, and `pop_item` refuses to remove one.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.unreadable_seen = 0
+
+    def _unwrap(self, item: Any) -> TResponseInputItem | None:
+        plain = super()._unwrap(item)
+        if plain is None and not self._is_expired(item):
+            self._report_unreadable(item)
+        return plain
+
+    def _is_expired(self, item: Any) -> bool:
+        """An authentic envelope older than the TTL: hidden on purpose, not lost."""
+        if not _is_encrypted_envelope(item):
+            return False
+        try:
+            self.cipher.extract_timestamp(item["payload"].encode("utf-8"))
+        except (InvalidToken, TypeError, AttributeError):
+            return False
+        return True
+
+    def _report_unreadable(self, item: Any) -> None:
+        reason = (
+            "it does not decrypt with the configured key (wrong key or corrupted)"
+            if _is_encrypted_envelope(item)
+            else "it is not encrypted (written before encryption was turned on?)"
+        )
+        self.unreadable_seen += 1
+        with _unreadable_lock:
+            _unreadable_counts[self.session_id] += 1
+        logger.warning(
+            "Session %s: skipped an item (fingerprint %s) because %s.",
+            self.session_id,
+            _fingerprint(item),
+            reason,
+        )
+
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
+        underlying = self.underlying_session
+        if not isinstance(underlying, DjangoSession):
+            return await super().pop_item(wrapper=wrapper)
+
+        def authenticate(item: TResponseInputItem) -> None:
+            if not _is_encrypted_envelope(item):
+                raise InvalidToken
+            # Without the TTL, so authentic but expired items still drain, as in the SDK.
+            self.cipher.extract_timestamp(item["payload"].encode("utf-8"))
+
+        while True:
+            try:
+                envelope = await underlying._pop_item_with_validation(authenticate)
+            except InvalidToken as exc:
+                raise UnreadableSessionItem(
+                    f"The newest item of session {self.session_id} cannot be decrypted; "
+                    "it was left in place."
+                ) from exc
+            if envelope is None:
+                return None
+            item = self._unwrap(envelope)
+            if item is not None:
+                return item
+
+
+def open_session(
+    session_id: str,
+    *,
+    owner: Any = None,
+    agent_name: str | None = None,
+    session_settings: SessionSettings | dict[str, Any] | None = None,
+) -> SessionABC:
+    """The session the site uses for a conversation: encrypted at rest when a key is set."""
+    session = DjangoSession(
+        session_id, owner=owner, agent_name=agent_name, session_settings=session_settings
+    )
+    key = settings.AGENTSITE_SESSION_ENCRYPTION_KEY
+    if not key:
+        return session
+    return AuditedEncryptedSession(
+        session_id=session_id,
+        underlying_session=session,
+        encryption_key=key,
+        ttl=settings.AGENTSITE_SESSION_TTL or NO_EXPIRY_SECONDS,
+    )

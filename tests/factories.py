@@ -1,0 +1,32 @@
+"""Small factories for test data: `make_*(**kwargs)` with sensible defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+
+from conversations.models import Conversation
+
+_counter = {"n": 0}
+
+
+def _next() -> int:
+    _counter["n"] += 1
+    return _counter["n"]
+
+
+def make_user(**kwargs: Any) -> AbstractBaseUser:
+    kwargs.setdefault("username", f"user{_next()}")
+    password = kwargs.pop("password", "pass-for-tests")
+    user = get_user_model().objects.create_user(**kwargs)
+    user.set_password(password)
+    user.save()
+    return user
+
+
+def make_conversation(**kwargs: Any) -> Conversation:
+    kwargs.setdefault("session_id", f"conv_test_{_next()}")
+    kwargs.setdefault("agent_name", "support")
+    return Conversation.objects.create(**kwargs)

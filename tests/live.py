@@ -1,0 +1,125 @@
+"""A real agentsite server (daphne, ASGI) and a real Chromium, for browser tests.
+
+The server runs in a subprocess against the test database file, so a test must use
+`transactional_db` for the server to see its data.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LiveSite:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_site(db_name: str, log_path: Path, extra_env: dict[str, str] | None = None) -> LiveSite:
+    port = free_port()
+    env = {
+        **os.environ,
+        "DEBUG": "1",
+        "SECRET_KEY": "tests-only-secret-key",
+        "DATABASE_URL": f"sqlite:///{db_name}",
+        "PYTHONUNBUFFERED": "1",
+        **(extra_env or {}),
+    }
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(name, None)
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "agentsite.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    site = LiveSite(f"http://127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the site exited at start:\n{site.log()}")
+        try:
+            with urllib.request.urlopen(site.url + "/accounts/login/", timeout=2):
+                return site
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"the site did not answer within 30 s:\n{site.log()}")
+
+
+def stop_site(site: LiveSite) -> None:
+    site.process.terminate()
+    try:
+        site.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        site.process.kill()
+
+
+@pytest.fixture(scope="session")
+def live_site(
+    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveSite]:
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        db_name = connection.settings_dict["NAME"]
+    site = start_site(str(db_name), tmp_path_factory.mktemp("site") / "daphne.log")
+    yield site
+    stop_site(site)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    yield page
+    context.close()
