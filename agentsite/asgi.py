@@ -15,7 +15,10 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from agentsite import providers  # noqa: E402
 from agentsite.routing import websocket_urlpatterns  # noqa: E402
+
+providers.log_active_provider()
 
 application = ProtocolTypeRouter(
     {

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
@@ -11,7 +12,7 @@ from conversations.models import Conversation, SessionItem
 
 class SessionItemInline(admin.TabularInline):
     model = SessionItem
-    fields = ["id", "kind", "pretty_payload", "created"]
+    fields = ("id", "kind", "pretty_payload", "created")
     readonly_fields = fields
     ordering = ["id"]
     extra = 0
@@ -44,11 +45,9 @@ class ConversationAdmin(admin.ModelAdmin):
     date_hierarchy = "updated"
     inlines = [SessionItemInline]
 
-    def get_queryset(self, request: HttpRequest):  # type: ignore[no-untyped-def]
-        from django.db.models import Count
-
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return super().get_queryset(request).select_related("owner").annotate(_items=Count("items"))
 
     @admin.display(description="items", ordering="_items")
     def item_count(self, conversation: Conversation) -> int:
-        return conversation._items  # type: ignore[attr-defined,no-any-return]
+        return conversation._items  # type: ignore[attr-defined]

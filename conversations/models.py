@@ -7,6 +7,7 @@ Responses-API items the SDK hands to `Session.add_items`, oldest first by primar
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -17,7 +18,7 @@ def new_session_id() -> str:
 
 
 class ConversationQuerySet(models.QuerySet["Conversation"]):
-    def owned_by(self, user: object) -> ConversationQuerySet:
+    def owned_by(self, user: Any) -> ConversationQuerySet:
         return self.filter(owner=user)
 
 

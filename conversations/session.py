@@ -96,9 +96,7 @@ class DjangoSession(SessionABC):
             return
         # Copied before the hop, so a caller that mutates its list later changes nothing.
         batch = list(items)
-        await _await_mutation(
-            sync_to_async(self._add_items_sync, thread_sensitive=False)(batch)
-        )
+        await _await_mutation(sync_to_async(self._add_items_sync, thread_sensitive=False)(batch))
 
     async def pop_item(self) -> TResponseInputItem | None:
         return await self._pop_item_with_validation()
@@ -154,7 +152,7 @@ class DjangoSession(SessionABC):
             if validate is not None:
                 validate(payload)
             SessionItem.objects.filter(pk=item_pk).delete()
-            return payload  # type: ignore[no-any-return]
+            return payload
 
     def _clear_sync(self) -> None:
         with transaction.atomic():

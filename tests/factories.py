@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 
 from conversations.models import Conversation
 
@@ -17,7 +16,7 @@ def _next() -> int:
     return _counter["n"]
 
 
-def make_user(**kwargs: Any) -> AbstractBaseUser:
+def make_user(**kwargs: Any) -> Any:
     kwargs.setdefault("username", f"user{_next()}")
     password = kwargs.pop("password", "pass-for-tests")
     user = get_user_model().objects.create_user(**kwargs)

@@ -52,8 +52,8 @@ def start_site(db_name: str, log_path: Path, extra_env: dict[str, str] | None = 
     port = free_port()
     env = {
         **os.environ,
-        "DEBUG": "1",
-        "SECRET_KEY": "tests-only-secret-key",
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "AGENTSITE_LIVE_TEST_SERVER": "1",
         "DATABASE_URL": f"sqlite:///{db_name}",
         "PYTHONUNBUFFERED": "1",
         **(extra_env or {}),
@@ -62,8 +62,16 @@ def start_site(db_name: str, log_path: Path, extra_env: dict[str, str] | None = 
         env.pop(name, None)
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "agentsite.asgi:application"],
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "agentsite.asgi:application",
+        ],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -104,10 +112,17 @@ def live_site(
     stop_site(site)
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+@pytest.fixture
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A headless Chromium for one test.
+
+    Playwright's sync API keeps an event loop running in this thread, which makes Django
+    refuse the ORM here; the test's own ORM calls are still plain sync code, so that check
+    is lifted for the test alone. One browser per test, so no loop outlives its test.
+    """
     from playwright.sync_api import sync_playwright
 
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS

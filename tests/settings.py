@@ -7,7 +7,9 @@ throwaway key and loses any model credentials the developer's shell holds.
 import os
 
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key")
-os.environ["DEBUG"] = "0"
+# The browser tests' daphne server runs these settings too, with DEBUG on so that it serves
+# static files straight from the source tree; the test process itself runs with DEBUG off.
+os.environ["DEBUG"] = "1" if os.environ.get("AGENTSITE_LIVE_TEST_SERVER") else "0"
 for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENTSITE_SESSION_ENCRYPTION_KEY"):
     os.environ.pop(name, None)
 

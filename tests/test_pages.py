@@ -85,7 +85,9 @@ def test_seed_demo_without_debug_sets_unguessable_passwords(settings: Any) -> No
 def test_admin_shows_a_conversation_with_its_items_oldest_first(admin_client: Client) -> None:
     conversation = make_conversation(title="Order trouble")
     for text in ["first <b>message</b>", "second message"]:
-        SessionItem.objects.create(conversation=conversation, payload={"role": "user", "content": text})
+        SessionItem.objects.create(
+            conversation=conversation, payload={"role": "user", "content": text}
+        )
 
     listing = admin_client.get("/admin/conversations/conversation/?q=" + conversation.session_id)
     assert listing.status_code == 200

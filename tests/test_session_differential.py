@@ -6,6 +6,7 @@ ids, and every answer is compared. A failure names its seed, so it replays exact
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,15 @@ from conversations.session import DjangoSession
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SEQUENCES = 500
-UNICODE = ["héllo", "日本語のテキスト", "emoji 🤖🚀", "مرحبا", "Ωμέγα", "tab\tand\nnewline", "\"quoted\" \\ slash"]
+UNICODE = [
+    "héllo",
+    "日本語のテキスト",
+    "emoji 🤖🚀",
+    "مرحبا",
+    "Ωμέγα",
+    "tab\tand\nnewline",
+    '"quoted" \\ slash',
+]
 
 
 def random_text(rng: random.Random) -> str:
@@ -54,7 +63,7 @@ def random_item(rng: random.Random, n: int) -> dict[str, Any]:
             "type": "function_call",
             "call_id": call_id,
             "name": rng.choice(["lookup_order", "cancel_order", "transfer_to_billing"]),
-            "arguments": '{"order_id": %d, "note": "%s"}' % (n, "é"),
+            "arguments": json.dumps({"order_id": n, "note": "é"}),
             "id": f"fc_{n}",
             "status": "completed",
         },
@@ -64,7 +73,11 @@ def random_item(rng: random.Random, n: int) -> dict[str, Any]:
             "id": f"rs_{n}",
             "summary": [{"type": "summary_text", "text": random_text(rng)}],
         },
-        lambda: {"type": "item_reference", "id": f"ref_{n}", "extra": {"nested": [1, 2.5, None, True]}},
+        lambda: {
+            "type": "item_reference",
+            "id": f"ref_{n}",
+            "extra": {"nested": [1, 2.5, None, True]},
+        },
     ]
     return rng.choice(shapes)()
 
@@ -116,7 +129,7 @@ async def run_sequence(seed: int, db_path: Path) -> None:
             else:  # a fresh object for an existing id
                 theirs.close()
                 pairs[session_id] = make_pair(session_id)
-        for session_id, (ours, theirs) in pairs.items():
+        for ours, theirs in pairs.values():
             assert await ours.get_items() == await theirs.get_items(), f"seed {seed}, final"
     finally:
         for _, theirs in pairs.values():

@@ -31,8 +31,10 @@ class Command(BaseCommand):
 
         with transaction.atomic():
             reviewers = self._reviewers_group()
-            lines = [self._ensure_user(name, password, role, reviewers)
-                     for name, password, role in DEMO_USERS]
+            lines = [
+                self._ensure_user(name, password, role, reviewers)
+                for name, password, role in DEMO_USERS
+            ]
             seed_orders()
         self.stdout.write(self.style.SUCCESS("Demo users ready:"))
         for line in lines:

@@ -1,0 +1,86 @@
+"""The registry of agents, by public name.
+
+`settings.AGENTSITE_AGENTS` maps each public name (what a conversation stores) to the dotted
+path of an `agents.Agent`; the first is the default. A deployment swaps the demo for its own
+agents by changing that one setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# This module is `agentsite.agents`; absolute imports make `agents` the SDK, not this file.
+from agents import Agent
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+_cache: dict[str, Agent[Any]] = {}
+
+
+class UnknownAgent(KeyError):
+    """No agent is registered under this name."""
+
+    def __init__(self, name: str, registered: list[str]) -> None:
+        super().__init__(name)
+        self.name = name
+        self.registered = registered
+
+    def __str__(self) -> str:
+        # KeyError's own str() is the repr of its key; people read this message.
+        names = ", ".join(repr(name) for name in self.registered) or "none"
+        return f"No agent is registered as {self.name!r}. Registered agents: {names}."
+
+
+def _registry() -> dict[str, str]:
+    registry = settings.AGENTSITE_AGENTS
+    if not isinstance(registry, dict):
+        raise ImproperlyConfigured(
+            "AGENTSITE_AGENTS must map agent names to dotted paths of agents.Agent objects."
+        )
+    return registry
+
+
+def agent_names() -> list[str]:
+    """The registered agent names, the default first."""
+    return list(_registry())
+
+
+def default_agent_name() -> str:
+    names = agent_names()
+    if not names:
+        raise ImproperlyConfigured("AGENTSITE_AGENTS is empty: register at least one agent.")
+    return names[0]
+
+
+def get_agent(name: str) -> Agent[Any]:
+    """The agent registered as `name`.
+
+    Raises:
+        UnknownAgent: no agent has that name.
+        ImproperlyConfigured: its dotted path does not import, or is not an `agents.Agent`.
+    """
+    registry = _registry()
+    if name not in registry:
+        raise UnknownAgent(name, list(registry))
+    path = registry[name]
+    agent = _cache.get(path)
+    if agent is None:
+        agent = _import_agent(name, path)
+        _cache[path] = agent
+    return agent
+
+
+def _import_agent(name: str, path: str) -> Agent[Any]:
+    try:
+        agent = import_string(path)
+    except ImportError as error:
+        raise ImproperlyConfigured(
+            f"AGENTSITE_AGENTS[{name!r}] = {path!r} does not import: {error}"
+        ) from error
+    if not isinstance(agent, Agent):
+        raise ImproperlyConfigured(
+            f"AGENTSITE_AGENTS[{name!r}] = {path!r} is a {type(agent).__name__}, "
+            "not an agents.Agent."
+        )
+    return agent

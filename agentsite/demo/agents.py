@@ -1,0 +1,65 @@
+"""The demo shop's agents.
+
+None of them names a model: the model comes from `agentsite.providers.run_config()`, so the same
+agents run on OpenAI, on an OpenAI-compatible server, or on the offline demo model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import Agent
+
+from .tools import cancel_order, issue_refund, lookup_order, search_knowledge_base, send_email
+
+researcher: Agent[Any] = Agent(
+    name="Researcher",
+    handoff_description="Looks up the shop's policies in the internal knowledge base.",
+    instructions=(
+        "You research questions about the shop's policies for a support agent. Search the "
+        "knowledge base with a short query, then answer in two or three sentences using only "
+        "what the articles say, naming the article you used. If no article covers the question, "
+        "say so; never guess a policy."
+    ),
+    tools=[search_knowledge_base],
+)
+
+billing: Agent[Any] = Agent(
+    name="Billing",
+    handoff_description="Handles payments and refunds: questions about charges, refund amounts.",
+    instructions=(
+        "You are the billing specialist of an online shop. You answer questions about charges "
+        "and refunds. Look an order up before refunding it, and refund at most what is left to "
+        "refund. Refunds above $50 wait for a human reviewer: tell the customer so when that "
+        "happens. You cannot cancel orders or send emails: say that the support desk handles "
+        "those. Be brief and precise about amounts."
+    ),
+    tools=[lookup_order, issue_refund],
+)
+
+support_desk: Agent[Any] = Agent(
+    name="Support desk",
+    instructions=(
+        "You are the support desk of an online shop. Help customers with their orders: look up "
+        "an order's status, cancel an order that has not been delivered, issue refunds and "
+        "email customers. Always use the order number the customer gives; never invent one. "
+        "Cancellations, refunds above $50 and emails about refunds wait for a human reviewer: "
+        "when a tool call is not approved, tell the customer plainly and pass on the reviewer's "
+        "message. For questions about the shop's policies, use the research tool. Hand billing "
+        "questions to Billing. Answer in one or two short sentences."
+    ),
+    tools=[
+        lookup_order,
+        cancel_order,
+        issue_refund,
+        send_email,
+        researcher.as_tool(
+            tool_name="research",
+            tool_description=(
+                "Ask the researcher about the shop's policies (refunds, cancellations, shipping, "
+                "returns, warranty). Input: the question, in a few words."
+            ),
+        ),
+    ],
+    handoffs=[billing],
+)

@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class DemoConfig(AppConfig):
+    name = "agentsite.demo"
+    label = "demo"
+    verbose_name = "Demo shop"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,256 @@
+"""The demo shop's tools.
+
+They are sync functions: the SDK runs sync tools in a worker thread, so the ORM works in them.
+Refusals (no such order, too large a refund, ...) are returned as the tool's output for the
+agent to relay, not raised: they are answers, not failures.
+
+Tools with an effect key it on the SDK's tool call id, so a tool call that is replayed (a run
+resumed twice, a retried request) returns its first result and changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from agents import RunContextWrapper, function_tool
+from agents.tool_context import ToolContext
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import IntegrityError, transaction
+
+from .models import Order, OrderEvent, SentEmail, format_money
+
+# Refunds above this amount wait for a reviewer.
+REFUND_APPROVAL_THRESHOLD = Decimal("50")
+CENT = Decimal("0.01")
+
+
+def no_order(number: int) -> str:
+    return f"There is no order {number}."
+
+
+def cancel(number: int, tool_call_id: str) -> str:
+    """Cancel order `number` once per tool call id; returns what to tell the agent."""
+    try:
+        with transaction.atomic():
+            try:
+                order = Order.objects.select_for_update().get(number=number)
+            except Order.DoesNotExist:
+                return no_order(number)
+            # Looked up under the order's lock, so a concurrent replay of the same call waits
+            # for the first one and then finds its event.
+            earlier = OrderEvent.objects.filter(tool_call_id=tool_call_id).first()
+            if earlier is not None:
+                return earlier.result
+            refusal = order.cancel_refusal()
+            if refusal is not None:
+                return refusal
+            order.status = Order.Status.CANCELLED
+            order.save(update_fields=["status", "updated"])
+            result = f"Order {order.number} ({order.item}) is now cancelled."
+            OrderEvent.objects.create(
+                order=order,
+                kind=OrderEvent.Kind.CANCELLED,
+                tool_call_id=tool_call_id,
+                result=result,
+            )
+            return result
+    except IntegrityError:
+        # Lost a race with a replay of the same call on a database that did not serialize us.
+        return OrderEvent.objects.get(tool_call_id=tool_call_id).result
+
+
+def refund(number: int, amount: Decimal, tool_call_id: str) -> str:
+    """Refund `amount` on order `number` once per tool call id; returns what to tell the agent."""
+    amount = amount.quantize(CENT, rounding=ROUND_HALF_UP)
+    try:
+        with transaction.atomic():
+            try:
+                order = Order.objects.select_for_update().get(number=number)
+            except Order.DoesNotExist:
+                return no_order(number)
+            earlier = OrderEvent.objects.filter(tool_call_id=tool_call_id).first()
+            if earlier is not None:
+                return earlier.result
+            refusal = order.refund_refusal(amount)
+            if refusal is not None:
+                return refusal
+            order.refunded_amount += amount
+            order.save(update_fields=["refunded_amount", "updated"])
+            result = (
+                f"Refunded {format_money(amount)} on order {order.number}; "
+                f"{format_money(order.refunded_amount)} of {format_money(order.amount)} "
+                "has been refunded in total."
+            )
+            OrderEvent.objects.create(
+                order=order,
+                kind=OrderEvent.Kind.REFUNDED,
+                amount=amount,
+                tool_call_id=tool_call_id,
+                result=result,
+            )
+            return result
+    except IntegrityError:
+        return OrderEvent.objects.get(tool_call_id=tool_call_id).result
+
+
+def record_email(to: str, subject: str, body: str, tool_call_id: str) -> str:
+    """Record an email as sent, once per tool call id; returns what to tell the agent."""
+    to = to.strip()
+    try:
+        validate_email(to)
+    except ValidationError:
+        return f"Not sent: “{to}” is not a valid email address."
+    subject = subject.strip()[: SentEmail.SUBJECT_MAX_LENGTH]
+    email, _ = SentEmail.objects.get_or_create(
+        tool_call_id=tool_call_id, defaults={"to": to, "subject": subject, "body": body}
+    )
+    return email.describe()
+
+
+def to_amount(value: Any) -> Decimal | None:
+    """A money amount from a tool argument, or None when it is not a finite positive number."""
+    # bool is an int to Python, and a string is not what the schema asked for.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    amount = Decimal(str(value))
+    return amount if amount > 0 else None
+
+
+async def refund_needs_approval(
+    ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+) -> bool:
+    """Large refunds wait for a reviewer; anything that cannot be read waits too."""
+    # The SDK only consults this policy when validation leaves the arguments unchanged: an
+    # integer amount (30, not 30.0) becomes a float, so such a call waits for a reviewer anyway.
+    amount = to_amount(params.get("amount"))
+    return amount is None or amount > REFUND_APPROVAL_THRESHOLD
+
+
+async def email_needs_approval(
+    ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+) -> bool:
+    """An email about a refund is a promise to a customer: a reviewer reads it first."""
+    subject = params.get("subject")
+    if not isinstance(subject, str):
+        return True
+    return re.search(r"refund", subject, re.IGNORECASE) is not None
+
+
+@function_tool
+def lookup_order(order_id: int) -> str:
+    """Look up an order: its customer, item, amount, status and what was refunded.
+
+    Args:
+        order_id: The order number the customer gave.
+    """
+    try:
+        return Order.objects.get(number=order_id).describe()
+    except Order.DoesNotExist:
+        return no_order(order_id)
+
+
+@function_tool(needs_approval=True)
+def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
+    """Cancel an order that has not been delivered yet. A reviewer approves every cancellation.
+
+    Args:
+        order_id: The order number to cancel.
+    """
+    return cancel(order_id, ctx.tool_call_id)
+
+
+@function_tool(needs_approval=refund_needs_approval)
+def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:
+    """Refund part or all of an order's amount to the customer.
+
+    Refunds above $50 wait for a reviewer's approval. The total refunded can never exceed what
+    the customer paid.
+
+    Args:
+        order_id: The order number to refund.
+        amount: The amount to refund, in dollars, for example 30.0.
+    """
+    value = to_amount(amount)
+    if value is None:
+        return f"A refund must be a positive amount, not {amount!r}."
+    return refund(order_id, value, ctx.tool_call_id)
+
+
+@function_tool(needs_approval=email_needs_approval)
+def send_email(ctx: ToolContext[Any], to: str, subject: str, body: str) -> str:
+    """Send an email to a customer. Emails about refunds wait for a reviewer's approval.
+
+    Args:
+        to: The recipient's email address.
+        subject: The subject line.
+        body: The plain-text body.
+    """
+    return record_email(to, subject, body, ctx.tool_call_id)
+
+
+KNOWLEDGE_BASE: dict[str, str] = {
+    "Refund policy": (
+        "Refunds go back to the original payment method within 5 business days. Any part of an "
+        "order can be refunded, up to the amount paid. Refunds above $50 are reviewed by a "
+        "person before they are issued."
+    ),
+    "Cancellations": (
+        "An order can be cancelled until it is delivered. Once delivered, the customer can "
+        "return it within 30 days instead, and we refund it when it arrives."
+    ),
+    "Shipping times": (
+        "Orders ship within 2 business days. Delivery takes 3 to 5 business days in the country "
+        "and up to 10 abroad. The tracking link is emailed when the order ships."
+    ),
+    "Returns": (
+        "Unused items can be returned within 30 days of delivery. The customer prints a free "
+        "return label from their account; the refund follows once the parcel is checked."
+    ),
+    "Warranty": (
+        "Electronics carry a two-year warranty against defects. Send the order number and a "
+        "short description of the fault; we repair, replace or refund the item."
+    ),
+}
+
+_STOPWORDS = {"a", "an", "and", "for", "how", "is", "my", "of", "on", "or", "the", "to", "what"}
+
+
+def _words(text: str) -> set[str]:
+    # A crude stem (refunds -> refund) is enough for five articles.
+    return {w.rstrip("s") for w in re.findall(r"[a-z]+", text.lower())} - _STOPWORDS
+
+
+def find_article(query: str) -> tuple[str, str] | None:
+    """The article that best matches `query`, or None when no article shares a word with it."""
+    wanted = _words(query)
+    best_title, best_score = None, 0
+    for title, text in KNOWLEDGE_BASE.items():
+        score = 3 * len(wanted & _words(title)) + len(wanted & _words(text))
+        if score > best_score:
+            best_title, best_score = title, score
+    if best_title is None:
+        return None
+    return best_title, KNOWLEDGE_BASE[best_title]
+
+
+# Gated although it only reads: the demo shows an approval raised inside an agent that another
+# agent uses as a tool, and a reviewer may not want internal articles quoted to customers.
+@function_tool(needs_approval=True)
+def search_knowledge_base(query: str) -> str:
+    """Search the internal knowledge base of support articles.
+
+    Args:
+        query: What to look for, in a few words.
+    """
+    found = find_article(query)
+    if found is None:
+        titles = ", ".join(KNOWLEDGE_BASE)
+        return f"No article matches “{query}”. The articles are: {titles}."
+    title, text = found
+    return f"{title}: {text}"

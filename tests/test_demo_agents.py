@@ -1,0 +1,314 @@
+"""The demo agents and tools, run end to end on the offline demo model."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from agents import FunctionTool, RunConfig, Runner, RunResult, RunState
+from agents.tool_context import ToolContext
+from openai.types.responses import ResponseTextDeltaEvent
+
+from agentsite import providers
+from agentsite.demo import tools
+from agentsite.demo.agents import billing, researcher, support_desk
+from agentsite.demo.models import Order, OrderEvent, SentEmail
+from agentsite.demo.seed import seed_orders
+
+# Tools run in worker threads with their own database connections: they must see committed rows.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def orders() -> None:
+    seed_orders()
+
+
+def make_run_config(**kwargs: Any) -> RunConfig:
+    return providers.run_config(**kwargs)
+
+
+def make_tool_context(tool_name: str, arguments: dict[str, Any], call_id: str) -> ToolContext[Any]:
+    return ToolContext(
+        context=None,
+        tool_name=tool_name,
+        tool_call_id=call_id,
+        tool_arguments=json.dumps(arguments),
+    )
+
+
+async def run(text: str) -> RunResult:
+    return await Runner.run(support_desk, text, run_config=make_run_config())
+
+
+async def approve_and_resume(result: RunResult) -> RunResult:
+    state = result.to_state()
+    for item in state.get_interruptions():
+        state.approve(item)
+    return await Runner.run(support_desk, state, run_config=make_run_config())
+
+
+def get_tool(name: str) -> FunctionTool:
+    return next(
+        tool for tool in support_desk.tools if isinstance(tool, FunctionTool) and tool.name == name
+    )
+
+
+async def get_order(number: int) -> Order:
+    return await Order.objects.aget(number=number)
+
+
+def called_tools(result: RunResult) -> list[str]:
+    return [item.raw_item.name for item in result.new_items if item.type == "tool_call_item"]
+
+
+async def test_it_looks_up_an_order_without_approval() -> None:
+    result = await run("where is order 7")
+
+    assert called_tools(result) == ["lookup_order"]
+    assert result.interruptions == []
+    assert "shipped" in result.final_output
+    assert "Noise-cancelling headphones" in result.final_output
+
+
+async def test_it_pauses_a_cancellation_for_approval() -> None:
+    result = await run("cancel order 42")
+
+    assert result.final_output is None
+    [interruption] = result.interruptions
+    assert interruption.tool_name == "cancel_order"
+    assert interruption.agent.name == "Support desk"
+    assert json.loads(interruption.arguments or "{}") == {"order_id": 42}
+    assert (await get_order(42)).status == Order.Status.PLACED
+
+
+async def test_it_cancels_once_approved() -> None:
+    result = await approve_and_resume(await run("cancel order 42"))
+
+    assert result.interruptions == []
+    assert (await get_order(42)).status == Order.Status.CANCELLED
+    assert "Order 42 (Burr coffee grinder) is now cancelled." in result.final_output
+    assert await OrderEvent.objects.filter(kind="cancelled").acount() == 1
+
+
+async def test_it_relays_a_rejection_and_changes_nothing() -> None:
+    paused = await run("cancel order 42")
+    state = paused.to_state()
+    state.reject(state.get_interruptions()[0], rejection_message="Rejected: it ships today.")
+
+    result = await Runner.run(support_desk, state, run_config=make_run_config())
+
+    assert "Rejected: it ships today." in result.final_output
+    assert "not approved" in result.final_output
+    assert (await get_order(42)).status == Order.Status.PLACED
+    assert await OrderEvent.objects.acount() == 0
+
+
+async def test_it_resumes_from_a_saved_state() -> None:
+    paused = await run("cancel order 42")
+    saved = paused.to_state().to_json()
+
+    state = await RunState.from_json(support_desk, saved)
+    state.approve(state.get_interruptions()[0])
+    result = await Runner.run(support_desk, state, run_config=make_run_config())
+
+    assert (await get_order(42)).status == Order.Status.CANCELLED
+    assert "cancelled" in result.final_output
+
+
+async def test_it_refuses_to_cancel_a_delivered_order() -> None:
+    result = await approve_and_resume(await run("cancel order 3"))
+
+    assert "already been delivered" in result.final_output
+    assert (await get_order(3)).status == Order.Status.DELIVERED
+
+
+async def test_it_says_when_an_order_does_not_exist() -> None:
+    result = await run("where is order 999")
+
+    assert "There is no order 999." in result.final_output
+
+
+async def test_it_refunds_a_small_amount_without_approval() -> None:
+    result = await run("refund 30 on order 42")
+
+    assert result.interruptions == []
+    assert "Refunded $30.00 on order 42" in result.final_output
+    assert (await get_order(42)).refunded_amount == Decimal("30.00")
+
+
+async def test_it_pauses_a_large_refund_for_approval() -> None:
+    paused = await run("refund 80 on order 42")
+
+    [interruption] = paused.interruptions
+    assert interruption.tool_name == "issue_refund"
+    assert json.loads(interruption.arguments or "{}") == {"order_id": 42, "amount": 80.0}
+    assert (await get_order(42)).refunded_amount == Decimal("0")
+
+    result = await approve_and_resume(paused)
+
+    assert (await get_order(42)).refunded_amount == Decimal("80.00")
+    assert "Refunded $80.00" in result.final_output
+
+
+async def test_it_never_refunds_more_than_was_paid() -> None:
+    await run("refund 50 on order 42")
+    result = await approve_and_resume(await run("refund 80 on order 42"))
+
+    assert "only $70.00 of $120.00 is left to refund" in result.final_output
+    assert (await get_order(42)).refunded_amount == Decimal("50.00")
+
+
+async def test_it_hands_billing_questions_to_billing() -> None:
+    result = await run("I have a billing question")
+
+    assert result.last_agent.name == "Billing"
+    assert result.final_output.startswith("Hi, this is Billing.")
+
+
+async def test_it_surfaces_the_researchers_approval_at_the_top() -> None:
+    paused = await run("research refund policy")
+
+    [interruption] = paused.interruptions
+    assert interruption.agent.name == "Researcher"
+    assert interruption.tool_name == "search_knowledge_base"
+    assert json.loads(interruption.arguments or "{}") == {"query": "refund policy"}
+
+    result = await approve_and_resume(paused)
+
+    assert result.interruptions == []
+    assert "Refunds go back to the original payment method" in result.final_output
+
+
+async def test_it_streams_the_reply_word_by_word() -> None:
+    result = Runner.run_streamed(support_desk, "where is order 7", run_config=make_run_config())
+    deltas = [
+        event.data.delta
+        async for event in result.stream_events()
+        if event.type == "raw_response_event" and isinstance(event.data, ResponseTextDeltaEvent)
+    ]
+
+    assert len(deltas) > 5
+    assert "".join(deltas) == result.final_output
+    assert "shipped" in result.final_output
+
+
+async def test_it_pauses_a_streamed_run_for_approval() -> None:
+    result = Runner.run_streamed(support_desk, "cancel order 42", run_config=make_run_config())
+    async for _ in result.stream_events():
+        pass
+
+    [interruption] = result.interruptions
+    assert interruption.tool_name == "cancel_order"
+    assert (await get_order(42)).status == Order.Status.PLACED
+
+
+async def test_it_holds_an_email_about_a_refund_for_approval() -> None:
+    paused = await run("email alice@example.com about my refund")
+
+    [interruption] = paused.interruptions
+    assert interruption.tool_name == "send_email"
+    assert await SentEmail.objects.acount() == 0
+
+    result = await approve_and_resume(paused)
+
+    email = await SentEmail.objects.aget()
+    assert email.to == "alice@example.com"
+    assert "recorded as sent" in result.final_output
+
+
+async def test_it_sends_other_emails_without_approval() -> None:
+    result = await run("email bob@example.com about the delayed delivery of order 7")
+
+    assert result.interruptions == []
+    assert await SentEmail.objects.filter(to="bob@example.com").aexists()
+
+
+def test_it_cancels_once_per_tool_call_id() -> None:
+    first = tools.cancel(42, "call_same")
+    second = tools.cancel(42, "call_same")
+
+    assert first == second == "Order 42 (Burr coffee grinder) is now cancelled."
+    assert OrderEvent.objects.filter(tool_call_id="call_same").count() == 1
+
+
+def test_it_refunds_once_per_tool_call_id() -> None:
+    tools.refund(42, Decimal("30"), "call_same")
+    tools.refund(42, Decimal("30"), "call_same")
+    tools.refund(42, Decimal("30"), "call_other")
+
+    assert Order.objects.get(number=42).refunded_amount == Decimal("60.00")
+    assert OrderEvent.objects.count() == 2
+
+
+async def test_it_replays_a_tool_call_without_a_second_effect() -> None:
+    arguments = {"order_id": 42, "amount": 30.0}
+    for _ in range(2):
+        context = make_tool_context("issue_refund", arguments, "call_replayed")
+        output = await get_tool("issue_refund").on_invoke_tool(context, json.dumps(arguments))
+        assert "Refunded $30.00 on order 42" in output
+
+    assert (await get_order(42)).refunded_amount == Decimal("30.00")
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"order_id": 42, "amount": 30.0}, False),
+        ({"order_id": 42, "amount": 50.0}, False),
+        ({"order_id": 42, "amount": 50.01}, True),
+        ({"order_id": 42, "amount": 80.0}, True),
+        ({"order_id": 42}, True),
+        ({"order_id": 42, "amount": "lots"}, True),
+        ({"order_id": 42, "amount": "30"}, True),
+        ({"order_id": 42, "amount": True}, True),
+        ({"order_id": 42, "amount": -5.0}, True),
+        ({}, True),
+    ],
+)
+async def test_it_requires_approval_for_large_or_unreadable_refunds(
+    params: dict[str, Any], expected: bool
+) -> None:
+    assert await tools.refund_needs_approval(None, params, "call_1") is expected
+
+
+@pytest.mark.parametrize(
+    ("subject", "expected"),
+    [("About your REFUND", True), ("Your order has shipped", False), (None, True)],
+)
+async def test_it_requires_approval_for_emails_about_refunds(
+    subject: str | None, expected: bool
+) -> None:
+    params = {"to": "alice@example.com", "subject": subject, "body": "Hello"}
+    assert await tools.email_needs_approval(None, params, "call_1") is expected
+
+
+def test_it_seeds_the_demo_orders_once() -> None:
+    assert seed_orders() == 0
+    assert Order.objects.count() == 8
+    assert Order.objects.get(number=42).amount == Decimal("120.00")
+    assert Order.objects.get(number=7).status == Order.Status.SHIPPED
+
+
+def test_it_restores_the_demo_orders_on_reset() -> None:
+    Order.objects.filter(number=42).update(status=Order.Status.CANCELLED)
+
+    seed_orders(reset=True)
+
+    assert Order.objects.get(number=42).status == Order.Status.PLACED
+
+
+def test_it_wires_the_demo_agents_together() -> None:
+    assert [tool.name for tool in support_desk.tools] == [
+        "lookup_order",
+        "cancel_order",
+        "issue_refund",
+        "send_email",
+        "research",
+    ]
+    assert support_desk.handoffs == [billing]
+    assert [tool.name for tool in billing.tools] == ["lookup_order", "issue_refund"]
+    assert [tool.name for tool in researcher.tools] == ["search_knowledge_base"]
+    assert all(agent.model is None for agent in (support_desk, billing, researcher))

@@ -1,0 +1,133 @@
+"""Which model serves the agents, chosen from settings, with no network call."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from agents import Runner
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from agents.models.openai_responses import OpenAIResponsesModel
+
+from agentsite import providers
+from agentsite.demo.agents import researcher
+from agentsite.demo.model import OfflineDemoModel
+
+SECRET = "sk-test-0123456789abcdefSECRET"
+
+
+def test_it_serves_the_offline_demo_model_without_configuration() -> None:
+    info = providers.provider_info()
+
+    assert info.kind == "offline-demo"
+    assert info.offline
+    assert info.base_url is None
+    assert isinstance(providers.get_model_provider().get_model("gpt-4.1"), OfflineDemoModel)
+    assert isinstance(providers.get_model_provider().get_model(None), OfflineDemoModel)
+
+
+def test_it_serves_openai_when_an_api_key_is_set(settings: Any) -> None:
+    settings.OPENAI_API_KEY = SECRET
+    settings.AGENTSITE_MODEL = "gpt-4.1-mini"
+
+    info = providers.provider_info()
+    config = providers.run_config()
+
+    assert info.kind == "openai"
+    assert not info.offline
+    assert config.model == "gpt-4.1-mini"
+    assert isinstance(config.model_provider.get_model(info.model), OpenAIResponsesModel)
+
+
+def test_it_serves_an_openai_compatible_server_when_a_base_url_is_set(settings: Any) -> None:
+    settings.OPENAI_BASE_URL = "http://localhost:11434/v1"
+    settings.AGENTSITE_MODEL = "llama3.1"
+
+    info = providers.provider_info()
+    config = providers.run_config()
+    model = config.model_provider.get_model(info.model)
+
+    assert info.kind == "openai-compatible"
+    assert info.base_url == "http://localhost:11434/v1"
+    assert config.model == "llama3.1"
+    assert isinstance(model, OpenAIChatCompletionsModel)
+    assert str(model._client.base_url).startswith("http://localhost:11434/v1")
+    # Local servers need no key; the client still needs one to start.
+    assert model._client.api_key == providers.PLACEHOLDER_API_KEY
+
+
+def test_it_sends_the_api_key_to_a_compatible_server_when_set(settings: Any) -> None:
+    settings.OPENAI_BASE_URL = "https://llm.internal.example/v1"
+    settings.OPENAI_API_KEY = SECRET
+
+    model = providers.get_model_provider().get_model("served-model")
+
+    assert providers.provider_info().kind == "openai-compatible"
+    assert isinstance(model, OpenAIChatCompletionsModel)
+    assert model._client.api_key == SECRET
+
+
+def test_it_passes_extra_run_config_options_through() -> None:
+    config = providers.run_config(workflow_name="support chat", group_id="conversation-1")
+
+    assert config.workflow_name == "support chat"
+    assert config.group_id == "conversation-1"
+    assert config.model is None
+    assert isinstance(config.model_provider, providers.OfflineDemoProvider)
+
+
+def test_it_reads_settings_on_every_call(settings: Any) -> None:
+    assert providers.provider_info().kind == "offline-demo"
+    settings.OPENAI_API_KEY = SECRET
+    assert providers.provider_info().kind == "openai"
+
+
+@pytest.mark.parametrize(
+    ("configure", "kind"),
+    [
+        ({}, "offline-demo"),
+        ({"OPENAI_API_KEY": SECRET}, "openai"),
+        (
+            {
+                "OPENAI_BASE_URL": "https://user:hunter2@llm.example/v1?key=abc",
+                "OPENAI_API_KEY": SECRET,
+            },
+            "openai-compatible",
+        ),
+    ],
+)
+def test_it_logs_the_provider_and_never_a_secret(
+    settings: Any, caplog: pytest.LogCaptureFixture, configure: dict[str, str], kind: str
+) -> None:
+    for name, value in configure.items():
+        setattr(settings, name, value)
+
+    with caplog.at_level(logging.INFO, logger="agentsite.providers"):
+        info = providers.log_active_provider()
+
+    assert info.kind == kind
+    [record] = caplog.records
+    assert record.name == "agentsite.providers"
+    assert record.levelno == logging.INFO
+    message = record.getMessage()
+    assert kind in message
+    for secret in (SECRET, "hunter2", "key=abc"):
+        assert secret not in message
+
+
+def test_it_describes_each_provider_in_one_line(settings: Any) -> None:
+    assert "offline demo model" in providers.provider_info().describe()
+    settings.OPENAI_BASE_URL = "http://localhost:8000/v1"
+    settings.AGENTSITE_MODEL = "qwen2.5"
+    line = providers.provider_info().describe()
+    assert "http://localhost:8000/v1" in line
+    assert "qwen2.5" in line
+    assert "\n" not in line
+
+
+async def test_it_runs_agents_that_name_no_model_on_the_offline_model() -> None:
+    result = await Runner.run(researcher, "shipping times", run_config=providers.run_config())
+
+    [interruption] = result.interruptions
+    assert interruption.tool_name == "search_knowledge_base"
