@@ -199,13 +199,15 @@ AGENTSITE_SESSION_ENCRYPTION_KEY = env_str("AGENTSITE_SESSION_ENCRYPTION_KEY")
 # SDK's own default of ten minutes would make chat history silently vanish.
 AGENTSITE_SESSION_TTL = env_int("AGENTSITE_SESSION_TTL", 0)
 
+# One handler, on the root logger: every app logger (and daphne's) propagates to it once.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
-        "agentsite": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-        "conversations": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+        # Django's default config gives this logger a console handler of its own.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
     },
 }
