@@ -80,6 +80,8 @@ INSTALLED_APPS = [
     "approvals",
     "tracing",
     "agentsite.demo",
+    "django_tasks",
+    "django_tasks_db",
 ]
 
 MIDDLEWARE = [
@@ -198,6 +200,20 @@ AGENTSITE_SESSION_ENCRYPTION_KEY = env_str("AGENTSITE_SESSION_ENCRYPTION_KEY")
 # How long an encrypted item stays readable, in seconds. 0 means no practical expiry: the
 # SDK's own default of ten minutes would make chat history silently vanish.
 AGENTSITE_SESSION_TTL = env_int("AGENTSITE_SESSION_TTL", 0)
+
+# --- Runs and approvals --------------------------------------------------------------------
+# How long an approval request waits before it expires and is rejected, in seconds.
+AGENTSITE_APPROVAL_TTL = env_int("AGENTSITE_APPROVAL_TTL", 24 * 3600)
+# What the model is told when a reviewer rejects a call without a message.
+AGENTSITE_REJECTION_MESSAGE = env_str(
+    "AGENTSITE_REJECTION_MESSAGE", "A reviewer rejected this tool call."
+)
+# Where runs execute: "inprocess" (an asyncio task in the server) or "tasks" (django-tasks
+# workers, started with `manage.py db_worker`).
+AGENTSITE_EXECUTOR = env_str("AGENTSITE_EXECUTOR", "inprocess")
+# A run still "running" after this many seconds without progress is taken as dead.
+AGENTSITE_STUCK_RUN_TIMEOUT = env_int("AGENTSITE_STUCK_RUN_TIMEOUT", 15 * 60)
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 # One handler, on the root logger: every app logger (and daphne's) propagates to it once.
 LOGGING = {

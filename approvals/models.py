@@ -1,2 +1,230 @@
-"""Models of this app arrive with their issue; the app is installed now so URLs and
-migrations have a stable home."""
+"""Runs of agents, the approvals they wait for, and the audit of every decision.
+
+The database is the truth about a run: its status, its one saved state, and who decided what.
+Status changes that can race (deciding a request, claiming a run for resumption) are
+conditional UPDATEs, so exactly one caller wins however many try at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from conversations.models import Conversation
+
+
+def arguments_hash(arguments: Any) -> str:
+    """A stable hash of a tool call's arguments, whatever their key order or spacing."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass  # hashed as the raw text the model sent
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    WAITING = "waiting", "Waiting for approval"
+    RESUMING = "resuming", "Resuming"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING)
+FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class AgentRunQuerySet(models.QuerySet["AgentRun"]):
+    def waiting(self) -> AgentRunQuerySet:
+        return self.filter(status=RunStatus.WAITING)
+
+    def active(self) -> AgentRunQuerySet:
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+    def stuck(self, older_than: timedelta) -> AgentRunQuerySet:
+        """Runs that claim to be working but have not moved for `older_than`."""
+        return self.filter(
+            status__in=(RunStatus.RUNNING, RunStatus.RESUMING),
+            updated__lt=timezone.now() - older_than,
+        )
+
+
+class AgentRun(models.Model):
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="runs")
+    agent_name = models.CharField(max_length=100)
+    input = models.TextField(help_text="What the user wrote to start this run.")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="agent_runs",
+    )
+    status = models.CharField(
+        max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True
+    )
+    # The one saved RunState (`RunState.to_json()`), present only while the run waits, and
+    # the server's signature over it: a state edited in the database no longer matches.
+    state = models.JSONField(null=True, blank=True, editable=False)
+    state_signature = models.CharField(max_length=64, blank=True, editable=False)
+    # How many times this run has paused; its requests carry the pause they belong to.
+    pause_count = models.PositiveIntegerField(default=0)
+    # Version tags of the saved state.
+    sdk_version = models.CharField(max_length=40, blank=True)
+    state_schema_version = models.CharField(max_length=20, blank=True)
+    agent_fingerprint = models.CharField(max_length=64, blank=True)
+    trace_id = models.CharField(max_length=64, blank=True, db_index=True)
+    final_output = models.TextField(blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    objects = AgentRunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["conversation", "-created"], name="run_conv_created")]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk} of {self.agent_name} ({self.get_status_display()})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class ApprovalOrigin(models.TextChoices):
+    TOOL = "tool", "Tool"
+    AGENT_AS_TOOL = "agent_as_tool", "Agent used as a tool"
+    HANDOFF = "handoff", "After a handoff"
+
+
+class ApprovalRequestQuerySet(models.QuerySet["ApprovalRequest"]):
+    def pending(self) -> ApprovalRequestQuerySet:
+        return self.filter(status=ApprovalStatus.PENDING)
+
+    def decided(self) -> ApprovalRequestQuerySet:
+        return self.filter(status__in=(ApprovalStatus.APPROVED, ApprovalStatus.REJECTED))
+
+    def overdue(self) -> ApprovalRequestQuerySet:
+        return self.pending().filter(expires_at__lte=timezone.now())
+
+    def of_pause(self, run: AgentRun, pause: int) -> ApprovalRequestQuerySet:
+        return self.filter(run=run, pause=pause)
+
+
+def default_expiry() -> Any:
+    return timezone.now() + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
+
+
+class ApprovalRequest(models.Model):
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="approval_requests")
+    pause = models.PositiveIntegerField(help_text="Which pause of the run asked for this.")
+    call_id = models.CharField(max_length=200)
+    agent_name = models.CharField(max_length=100)
+    tool_name = models.CharField(max_length=200, db_index=True)
+    arguments = models.JSONField(help_text="The arguments as the model sent them (parsed).")
+    arguments_hash = models.CharField(max_length=64)
+    origin = models.CharField(
+        max_length=20, choices=ApprovalOrigin.choices, default=ApprovalOrigin.TOOL
+    )
+    status = models.CharField(
+        max_length=20,
+        choices=ApprovalStatus.choices,
+        default=ApprovalStatus.PENDING,
+        db_index=True,
+    )
+    expires_at = models.DateTimeField(default=default_expiry, db_index=True)
+    created = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    objects = ApprovalRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "call_id"], name="one_request_per_call")
+        ]
+        indexes = [models.Index(fields=["status", "-created"], name="request_status_created")]
+        permissions = [("decide_approvalrequest", "Can approve or reject tool calls")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} for run {self.run_id} ({self.status})"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == ApprovalStatus.PENDING
+
+    def arguments_display(self) -> str:
+        return json.dumps(self.arguments, indent=2, ensure_ascii=False, sort_keys=True)
+
+    def call_display(self) -> str:
+        """`cancel_order(order_id=42)`: how a person reads the call."""
+        if isinstance(self.arguments, dict):
+            args = ", ".join(
+                f"{key}={json.dumps(value, ensure_ascii=False)}"
+                for key, value in self.arguments.items()
+            )
+        else:
+            args = json.dumps(self.arguments, ensure_ascii=False)
+        return f"{self.tool_name}({args})"
+
+
+class ApprovalDecision(models.Model):
+    """The audit: one row per decision, never changed or deleted by the site."""
+
+    request = models.ForeignKey(
+        ApprovalRequest, on_delete=models.PROTECT, related_name="decisions"
+    )
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approval_decisions",
+        help_text="Empty when the site decided itself (expiry).",
+    )
+    approved = models.BooleanField()
+    message = models.TextField(blank=True)
+    always = models.BooleanField(
+        default=False, help_text="For the rest of this run, decide this tool the same way."
+    )
+    arguments_hash = models.CharField(
+        max_length=64, help_text="The hash of the arguments the reviewer saw."
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        verb = "approved" if self.approved else "rejected"
+        who = self.reviewer or "the site"
+        return f"{who} {verb} {self.request}"
