@@ -7,6 +7,8 @@ agents by changing that one setting.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 # This module is `agentsite.agents`; absolute imports make `agents` the SDK, not this file.
@@ -84,3 +86,58 @@ def _import_agent(name: str, path: str) -> Agent[Any]:
             "not an agents.Agent."
         )
     return agent
+
+
+def fingerprint(agent: Agent[Any]) -> str:
+    """A hash of what a saved run depends on: the agent graph, not its wording.
+
+    It covers every agent reachable through handoffs and agents used as tools, their tools'
+    names, JSON schemas and approval settings. Instructions and models are left out: changing
+    a prompt must not strand the runs that wait for a reviewer, while changing a tool's
+    schema or whether it needs approval must.
+    """
+    graph: dict[str, Any] = {}
+    _describe(agent, graph)
+    canonical = json.dumps(graph, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _approval_setting(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
+
+
+def _describe(agent: Agent[Any], graph: dict[str, Any]) -> None:
+    if agent.name in graph:
+        return
+    entry: dict[str, Any] = {"tools": [], "handoffs": []}
+    graph[agent.name] = entry
+    nested: list[Agent[Any]] = []
+    for tool in agent.tools:
+        entry["tools"].append(
+            {
+                "name": tool.name,
+                "type": type(tool).__name__,
+                "schema": getattr(tool, "params_json_schema", None),
+                "needs_approval": _approval_setting(getattr(tool, "needs_approval", False)),
+            }
+        )
+        inner = getattr(tool, "_agent_instance", None)
+        if isinstance(inner, Agent):
+            nested.append(inner)
+    for handoff in agent.handoffs:
+        if isinstance(handoff, Agent):
+            entry["handoffs"].append(handoff.name)
+            nested.append(handoff)
+        else:
+            entry["handoffs"].append(
+                {
+                    "agent": handoff.agent_name,
+                    "tool": handoff.tool_name,
+                    "schema": handoff.input_json_schema,
+                }
+            )
+    entry["tools"].sort(key=lambda t: t["name"])
+    for other in nested:
+        _describe(other, graph)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -15,12 +17,12 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from agentsite import providers  # noqa: E402
+from agentsite import executor, providers  # noqa: E402
 from agentsite.routing import websocket_urlpatterns  # noqa: E402
 
 providers.log_active_provider()
 
-application = ProtocolTypeRouter(
+router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
@@ -28,3 +30,9 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+
+async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    # In-process runs execute on this loop, where the pages' sockets live too.
+    executor.inprocess().bind_loop(asyncio.get_running_loop())
+    await router(scope, receive, send)

@@ -7,6 +7,7 @@ conditional UPDATEs, so exactly one caller wins however many try at once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from datetime import timedelta
@@ -22,10 +23,9 @@ from conversations.models import Conversation
 def arguments_hash(arguments: Any) -> str:
     """A stable hash of a tool call's arguments, whatever their key order or spacing."""
     if isinstance(arguments, str):
-        try:
+        # Text that is not JSON is hashed as the raw text the model sent.
+        with contextlib.suppress(ValueError):
             arguments = json.loads(arguments)
-        except ValueError:
-            pass  # hashed as the raw text the model sent
     canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -77,6 +77,8 @@ class AgentRun(models.Model):
     # the server's signature over it: a state edited in the database no longer matches.
     state = models.JSONField(null=True, blank=True, editable=False)
     state_signature = models.CharField(max_length=64, blank=True, editable=False)
+    # Set when a resumption takes the state: a state is resumed at most once, ever.
+    state_consumed = models.BooleanField(default=False)
     # How many times this run has paused; its requests carry the pause they belong to.
     pause_count = models.PositiveIntegerField(default=0)
     # Version tags of the saved state.
@@ -200,9 +202,7 @@ class ApprovalRequest(models.Model):
 class ApprovalDecision(models.Model):
     """The audit: one row per decision, never changed or deleted by the site."""
 
-    request = models.ForeignKey(
-        ApprovalRequest, on_delete=models.PROTECT, related_name="decisions"
-    )
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="decisions")
     reviewer = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

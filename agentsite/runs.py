@@ -1,0 +1,686 @@
+"""The run engine: the only module that calls `Runner.run_streamed` and `RunState.from_json`.
+
+One chat turn:
+1. `start_run` stores a queued `AgentRun` and, after commit, hands it to the executor.
+2. `execute` claims it (queued -> running), streams the agent on the conversation's session
+   and, at the end of the stream, either completes the run or pauses it: in ONE transaction
+   the signed `RunState`, one `ApprovalRequest` per interruption and the status "waiting".
+3. `decide` records a reviewer's decision. A conditional UPDATE lets exactly one decision
+   per request win; when none of that pause is still pending, another conditional UPDATE
+   claims the run (waiting -> resuming) and the executor resumes it.
+4. `resume` claims the snapshot (resuming -> running, consumed) so that it can be resumed
+   once only, ever; checks it (signature, schema version, agent fingerprint, argument
+   hashes); applies the decisions from our own rows, matched by call id; and streams on.
+
+The database is the truth; events are published only after commit.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from agents import Agent, Runner, RunResultStreaming
+from agents.items import ToolApprovalItem
+from agents.run_state import SUPPORTED_SCHEMA_VERSIONS, RunState
+from agents.tool import ToolOriginType
+from agents.version import __version__ as SDK_VERSION
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
+from openai.types.responses import ResponseTextDeltaEvent
+
+from agentsite import agents as registry
+from agentsite import events, executor, providers
+from approvals.models import (
+    AgentRun,
+    ApprovalDecision,
+    ApprovalOrigin,
+    ApprovalRequest,
+    ApprovalStatus,
+    RunStatus,
+    arguments_hash,
+)
+from conversations.models import Conversation
+from conversations.session import open_session
+
+logger = logging.getLogger(__name__)
+
+MAX_INPUT_CHARS = 20_000
+MAX_MESSAGE_CHARS = 2_000
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+class DecisionRefused(Exception):
+    """A decision that cannot be taken; the message says why, for the person who tried."""
+
+
+class AlreadyDecided(DecisionRefused):
+    pass
+
+
+class RequestExpired(DecisionRefused):
+    pass
+
+
+class RequestClosed(DecisionRefused):
+    pass
+
+
+class RunFailure(Exception):
+    """Ends a run as failed with this reason; nothing of the paused call executes."""
+
+
+# --- starting -------------------------------------------------------------------------------
+
+
+def start_run(conversation: Conversation, text: str, user: Any = None) -> AgentRun:
+    """Queue a run of the conversation's agent on `text`; it starts after commit.
+
+    Raises:
+        ValueError: the text is empty or too long (nothing is stored).
+    """
+    text = (text or "").strip()
+    if not text:
+        raise ValueError("The message is empty.")
+    if len(text) > MAX_INPUT_CHARS:
+        raise ValueError(
+            f"The message is too long ({len(text)} characters; at most {MAX_INPUT_CHARS})."
+        )
+    agent_name = conversation.agent_name or registry.default_agent_name()
+    registry.get_agent(agent_name)  # fail here, not in the background, for an unknown agent
+    with transaction.atomic():
+        run = AgentRun.objects.create(
+            conversation=conversation,
+            agent_name=agent_name,
+            input=text,
+            # Chosen here, so the run's trace can be linked before its first span arrives.
+            trace_id=f"trace_{uuid.uuid4().hex}",
+            requested_by=user if getattr(user, "is_authenticated", False) else None,
+        )
+        run_id, conversation_id = run.pk, conversation.pk
+        transaction.on_commit(
+            lambda: events.publish_sync(
+                [
+                    events.RunUpdated(
+                        run_id=run_id, conversation_id=conversation_id, status=RunStatus.QUEUED
+                    )
+                ]
+            )
+        )
+        transaction.on_commit(lambda: executor.submit("execute", run_id))
+    return run
+
+
+astart_run = sync_to_async(start_run)
+
+
+# --- executing ------------------------------------------------------------------------------
+
+
+async def execute(run_id: int) -> None:
+    """Run a queued run to its end or its first pause. A run not queued is left alone."""
+    run = await _claim(run_id, RunStatus.QUEUED)
+    if run is None:
+        return
+    try:
+        agent = registry.get_agent(run.agent_name)
+    except Exception as exc:
+        await _fail(run, f"The agent {run.agent_name!r} is not available: {exc}")
+        return
+    await _drive(run, agent, run.input)
+
+
+async def resume(run_id: int) -> None:
+    """Resume a run whose pause is fully decided. Each saved state is resumed at most once."""
+    run = await _claim(run_id, RunStatus.RESUMING, consume_state=True)
+    if run is None:
+        return
+    try:
+        agent = registry.get_agent(run.agent_name)
+        state = await _restore(run, agent)
+    except RunFailure as failure:
+        await _fail(run, str(failure))
+        return
+    except Exception as exc:
+        await _fail(run, f"The run could not be resumed: {exc}")
+        return
+    await _drive(run, agent, state)
+
+
+@dataclass
+class _Outcome:
+    events: list[events.Event] = field(default_factory=list)
+    resume: list[int] = field(default_factory=list)
+
+
+def _run_config(run: AgentRun, agent: Agent[Any]) -> Any:
+    options: dict[str, Any] = {
+        "workflow_name": f"agentsite: {agent.name}",
+        "group_id": run.conversation.session_id,
+        "trace_metadata": {"run_id": str(run.pk), "agent": run.agent_name},
+    }
+    if run.trace_id:
+        options["trace_id"] = run.trace_id
+    return providers.run_config(**options)
+
+
+async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any]) -> None:
+    conversation = run.conversation
+    session = open_session(
+        conversation.session_id, owner=conversation.owner_id, agent_name=run.agent_name
+    )
+    result: RunResultStreaming | None = None
+    try:
+        result = Runner.run_streamed(
+            agent, run_input, session=session, run_config=_run_config(run, agent)
+        )
+        async for stream_event in result.stream_events():
+            if stream_event.type == "raw_response_event" and isinstance(
+                stream_event.data, ResponseTextDeltaEvent
+            ):
+                await events.publish(
+                    [
+                        events.TextDelta(
+                            run_id=run.pk,
+                            conversation_id=conversation.pk,
+                            delta=stream_event.data.delta,
+                        )
+                    ]
+                )
+    except Exception as exc:
+        logger.warning("Run %s failed: %r", run.pk, exc)
+        await _fail(run, f"The agent failed: {type(exc).__name__}: {exc}", result)
+        return
+    if result.interruptions:
+        outcome = await sync_to_async(_save_pause, thread_sensitive=False)(run, agent, result)
+    else:
+        outcome = await sync_to_async(_save_completion, thread_sensitive=False)(run, result)
+    await events.publish(outcome.events)
+
+
+def _usage(result: RunResultStreaming | None) -> dict[str, int]:
+    if result is None:
+        return {}
+    usage = result.context_wrapper.usage
+    return {
+        "requests": usage.requests,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _trace_id(result: RunResultStreaming | None) -> str:
+    trace = getattr(result, "trace", None)
+    return str(getattr(trace, "trace_id", "") or "")
+
+
+def _final_text(output: Any) -> str:
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    if hasattr(output, "model_dump_json"):
+        return str(output.model_dump_json())
+    return json.dumps(output, default=str, ensure_ascii=False)
+
+
+def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
+    now = timezone.now()
+    AgentRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.COMPLETED,
+        final_output=_final_text(result.final_output),
+        usage=_usage(result),
+        trace_id=_trace_id(result) or run.trace_id,
+        state=None,
+        state_signature="",
+        finished=now,
+        updated=now,
+    )
+    return _Outcome(
+        events=[
+            events.RunUpdated(
+                run_id=run.pk, conversation_id=run.conversation_id, status=RunStatus.COMPLETED
+            )
+        ]
+    )
+
+
+def sign_state(state: Any) -> str:
+    canonical = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return salted_hmac("agentsite.runs.state", canonical, algorithm="sha256").hexdigest()
+
+
+def _origin(item: ToolApprovalItem, starting_agent: Agent[Any]) -> str:
+    origin = getattr(item, "tool_origin", None)
+    if origin is not None and origin.type == ToolOriginType.AGENT_AS_TOOL:
+        return ApprovalOrigin.AGENT_AS_TOOL
+    if item.agent is not None and item.agent.name != starting_agent.name:
+        # Approvals inside an agent-as-tool carry that agent; anything else came after a handoff.
+        if _is_nested_agent(starting_agent, item.agent.name):
+            return ApprovalOrigin.AGENT_AS_TOOL
+        return ApprovalOrigin.HANDOFF
+    return ApprovalOrigin.TOOL
+
+
+def _is_nested_agent(agent: Agent[Any], name: str) -> bool:
+    seen: set[str] = set()
+    stack = [agent]
+    while stack:
+        current = stack.pop()
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        for tool in current.tools:
+            inner = getattr(tool, "_agent_instance", None)
+            if isinstance(inner, Agent):
+                if inner.name == name:
+                    return True
+                stack.append(inner)
+        stack.extend(h for h in current.handoffs if isinstance(h, Agent))
+    return False
+
+
+def _parse_arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> _Outcome:
+    state = result.to_state().to_json()
+    now = timezone.now()
+    expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
+    outcome = _Outcome()
+    try:
+        with transaction.atomic():
+            locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+            pause = locked.pause_count + 1
+            requests = [
+                ApprovalRequest.objects.create(
+                    run=locked,
+                    pause=pause,
+                    call_id=item.call_id or "",
+                    agent_name=item.agent.name if item.agent else agent.name,
+                    tool_name=item.tool_name or "",
+                    arguments=_parse_arguments(item.arguments),
+                    arguments_hash=arguments_hash(item.arguments),
+                    origin=_origin(item, agent),
+                    expires_at=expires_at,
+                )
+                for item in result.interruptions
+            ]
+            AgentRun.objects.filter(pk=run.pk).update(
+                status=RunStatus.WAITING,
+                state=state,
+                state_signature=sign_state(state),
+                state_consumed=False,
+                pause_count=pause,
+                sdk_version=SDK_VERSION,
+                state_schema_version=str(state.get("$schemaVersion", "")),
+                agent_fingerprint=registry.fingerprint(agent),
+                trace_id=_trace_id(result) or run.trace_id,
+                usage=_usage(result),
+                updated=now,
+            )
+    except IntegrityError as exc:
+        # The model reused a call id of this run: its calls could no longer be told apart.
+        _fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)
+        return _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.FAILED)])
+    for request in requests:
+        outcome.events.append(
+            events.ApprovalCreated(
+                request_id=request.pk,
+                run_id=run.pk,
+                conversation_id=run.conversation_id,
+                agent_name=request.agent_name,
+                tool_name=request.tool_name,
+                call=request.call_display(),
+                created=request.created,
+                expires_at=request.expires_at,
+            )
+        )
+    outcome.events.append(_run_updated(run.pk, run.conversation_id, RunStatus.WAITING))
+    return outcome
+
+
+def _run_updated(
+    run_id: int, conversation_id: int, status: str, error: str = ""
+) -> events.RunUpdated:
+    return events.RunUpdated(
+        run_id=run_id, conversation_id=conversation_id, status=status, error=error
+    )
+
+
+# --- claiming, failing ----------------------------------------------------------------------
+
+
+async def _claim(run_id: int, expected: str, *, consume_state: bool = False) -> AgentRun | None:
+    run = await sync_to_async(_claim_sync, thread_sensitive=False)(run_id, expected, consume_state)
+    if run is not None:
+        await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.RUNNING)])
+    return run
+
+
+def _claim_sync(run_id: int, expected: str, consume_state: bool) -> AgentRun | None:
+    """Move the run from `expected` to running; only one caller ever wins."""
+    rows = AgentRun.objects.filter(pk=run_id, status=expected)
+    changes: dict[str, Any] = {"status": RunStatus.RUNNING, "updated": timezone.now()}
+    if consume_state:
+        rows = rows.filter(state_consumed=False)
+        changes["state_consumed"] = True
+    if rows.update(**changes) != 1:
+        logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
+        return None
+    return AgentRun.objects.select_related("conversation").get(pk=run_id)
+
+
+async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
+    await sync_to_async(_fail_sync, thread_sensitive=False)(run.pk, reason, result)
+    await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
+
+
+def _fail_sync(run_id: int, reason: str, result: RunResultStreaming | None = None) -> None:
+    now = timezone.now()
+    changes: dict[str, Any] = {
+        "status": RunStatus.FAILED,
+        "error": reason,
+        "finished": now,
+        "updated": now,
+    }
+    if result is not None:
+        changes["usage"] = _usage(result)
+        changes["trace_id"] = _trace_id(result) or AgentRun.objects.get(pk=run_id).trace_id
+    AgentRun.objects.filter(pk=run_id).update(**changes)
+    # Whatever still waits in this run can no longer be decided.
+    ApprovalRequest.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
+        status=ApprovalStatus.CANCELLED
+    )
+
+
+async def fail_unfinished(run_id: int, reason: str) -> None:
+    """Fail a run that a crash left running or resuming; finished or waiting runs stay."""
+
+    def fail() -> AgentRun | None:
+        rows = AgentRun.objects.filter(
+            pk=run_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING)
+        )
+        if not rows.exists():
+            return None
+        _fail_sync(run_id, reason)
+        return AgentRun.objects.get(pk=run_id)
+
+    run = await sync_to_async(fail, thread_sensitive=False)()
+    if run is not None:
+        await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
+
+
+# --- restoring a paused run -----------------------------------------------------------------
+
+
+async def _restore(run: AgentRun, agent: Agent[Any]) -> RunState[Any]:
+    saved = run.state
+    if not isinstance(saved, dict):
+        raise RunFailure("The saved state of this run is missing; nothing was executed.")
+    if not hmac.compare_digest(sign_state(saved), run.state_signature):
+        raise RunFailure(
+            "The saved state was changed outside agentsite (its signature does not match); "
+            "nothing was executed."
+        )
+    version = str(saved.get("$schemaVersion", ""))
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise RunFailure(
+            f"The saved state has schema version {version or '(none)'}, which this SDK "
+            f"({SDK_VERSION}) cannot read; nothing was executed."
+        )
+    if registry.fingerprint(agent) != run.agent_fingerprint:
+        raise RunFailure(
+            "The agent changed since this run paused (its tools, their arguments or approval "
+            "settings differ); nothing was executed."
+        )
+    requests = await sync_to_async(_requests_with_decisions, thread_sensitive=False)(run)
+    _refuse_injected_approvals(saved, requests)
+    try:
+        state = await RunState.from_json(agent, saved)
+    except Exception as exc:
+        raise RunFailure(
+            f"The saved state could not be read ({exc}); nothing was executed."
+        ) from exc
+    _apply_decisions(state, requests)
+    return state
+
+
+def _requests_with_decisions(run: AgentRun) -> dict[str, tuple[ApprovalRequest, ApprovalDecision]]:
+    pairs: dict[str, tuple[ApprovalRequest, ApprovalDecision]] = {}
+    for request in ApprovalRequest.objects.of_pause(run, run.pause_count):
+        decision = request.decisions.order_by("-created", "-pk").first()
+        if decision is None or request.status not in (
+            ApprovalStatus.APPROVED,
+            ApprovalStatus.REJECTED,
+            ApprovalStatus.EXPIRED,
+        ):
+            raise RunFailure(
+                f"The request for {request.tool_name} has no decision; nothing was executed."
+            )
+        pairs[request.call_id] = (request, decision)
+    return pairs
+
+
+def _refuse_injected_approvals(saved: dict[str, Any], requests: dict[str, Any]) -> None:
+    """The SDK keeps decisions inside the state; ours live in our rows. None may be in there
+    for a call that is waiting for us."""
+    approvals = (saved.get("context") or {}).get("approvals") or {}
+    for record in approvals.values() if isinstance(approvals, dict) else []:
+        for key in ("approved", "rejected"):
+            listed = record.get(key) if isinstance(record, dict) else None
+            if isinstance(listed, list) and set(listed) & set(requests):
+                raise RunFailure(
+                    "The saved state already holds a decision for a call that waits for a "
+                    "reviewer; it was tampered with, and nothing was executed."
+                )
+
+
+def _apply_decisions(
+    state: RunState[Any], requests: dict[str, tuple[ApprovalRequest, ApprovalDecision]]
+) -> None:
+    interruptions = {item.call_id or "": item for item in state.get_interruptions()}
+    if set(interruptions) != set(requests):
+        raise RunFailure(
+            "The saved state does not match this run's approval requests; nothing was executed."
+        )
+    for call_id, item in interruptions.items():
+        request, decision = requests[call_id]
+        seen = {arguments_hash(item.arguments), request.arguments_hash, decision.arguments_hash}
+        if len(seen) != 1:
+            raise RunFailure(
+                f"The arguments of {request.tool_name} are not the ones the reviewer saw; "
+                "nothing was executed."
+            )
+    for call_id, item in interruptions.items():
+        request, decision = requests[call_id]
+        if decision.approved:
+            state.approve(item, always_approve=decision.always)
+        else:
+            state.reject(
+                item,
+                always_reject=decision.always,
+                rejection_message=rejection_text(request, decision),
+            )
+
+
+def rejection_text(request: ApprovalRequest, decision: ApprovalDecision) -> str:
+    """What the model reads as the tool's output when a call is rejected."""
+    if request.status == ApprovalStatus.EXPIRED:
+        return decision.message
+    if decision.message:
+        return f"A reviewer rejected this tool call: {decision.message}"
+    return str(settings.AGENTSITE_REJECTION_MESSAGE)
+
+
+# --- deciding -------------------------------------------------------------------------------
+
+
+def decide(
+    request: ApprovalRequest | int,
+    reviewer: Any,
+    approve: bool,
+    *,
+    message: str | None = None,
+    always: bool = False,
+    seen_hash: str | None = None,
+) -> ApprovalDecision:
+    """Record a reviewer's decision; resume the run when its pause is fully decided.
+
+    Exactly one decision per request wins, whoever clicks how often.
+
+    Raises:
+        AlreadyDecided / RequestExpired / RequestClosed: with a message for the reviewer.
+        DecisionRefused: the reviewer may not decide, or the arguments changed since they
+            were shown (`seen_hash`).
+    """
+    if reviewer is None or not reviewer.has_perm("approvals.decide_approvalrequest"):
+        raise DecisionRefused("You are not allowed to approve or reject tool calls.")
+    return _decide(request, reviewer, approve, message=message, always=always, seen_hash=seen_hash)
+
+
+adecide = sync_to_async(decide)
+
+
+def _decide(
+    request: ApprovalRequest | int,
+    reviewer: Any,
+    approve: bool,
+    *,
+    message: str | None,
+    always: bool,
+    seen_hash: str | None,
+    expired: bool = False,
+) -> ApprovalDecision:
+    request_id = request.pk if isinstance(request, ApprovalRequest) else int(request)
+    message = (message or "").strip()[:MAX_MESSAGE_CHARS]
+    with transaction.atomic():
+        current = ApprovalRequest.objects.select_related("run").get(pk=request_id)
+        # Deciders of one run queue here, so the last decision of a pause always sees the
+        # others and exactly one of them claims the run.
+        run = AgentRun.objects.select_for_update().get(pk=current.run_id)
+        if seen_hash is not None and seen_hash != current.arguments_hash:
+            raise DecisionRefused(
+                "The arguments changed since this request was shown to you; reload it."
+            )
+        now = timezone.now()
+        status = (
+            ApprovalStatus.EXPIRED
+            if expired
+            else ApprovalStatus.APPROVED
+            if approve
+            else ApprovalStatus.REJECTED
+        )
+        pending = ApprovalRequest.objects.filter(pk=request_id, status=ApprovalStatus.PENDING)
+        if not expired:
+            pending = pending.filter(expires_at__gt=now)
+        if pending.update(status=status, decided_at=now, decided_by=reviewer) != 1:
+            _refuse(request_id, now)
+        decision = ApprovalDecision.objects.create(
+            request_id=request_id,
+            reviewer=reviewer,
+            approved=approve,
+            message=message,
+            always=always,
+            arguments_hash=seen_hash or current.arguments_hash,
+        )
+        claimed = _claim_for_resume(run, current.pause)
+        decided = events.ApprovalDecided(
+            request_id=request_id,
+            run_id=run.pk,
+            conversation_id=run.conversation_id,
+            status=status,
+            decided_by=reviewer.get_username() if reviewer is not None else None,
+            decided_at=now,
+            message=message,
+        )
+        published: list[events.Event] = [decided]
+        if claimed:
+            published.append(_run_updated(run.pk, run.conversation_id, RunStatus.RESUMING))
+        transaction.on_commit(lambda: events.publish_sync(published))
+        if claimed:
+            run_id = run.pk
+            transaction.on_commit(lambda: executor.submit("resume", run_id))
+    return decision
+
+
+def _refuse(request_id: int, now: Any) -> None:
+    request = ApprovalRequest.objects.select_related("decided_by").get(pk=request_id)
+    when = request.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if request.decided_at else ""
+    if request.status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
+        who = request.decided_by.get_username() if request.decided_by else "someone"
+        raise AlreadyDecided(f"Already {request.status} by {who} at {when}.")
+    if request.status == ApprovalStatus.EXPIRED or request.expires_at <= now:
+        expired_at = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        raise RequestExpired(f"This request expired at {expired_at}; it can no longer be decided.")
+    raise RequestClosed(f"This request was {request.status}; it can no longer be decided.")
+
+
+def _claim_for_resume(run: AgentRun, pause: int) -> bool:
+    if ApprovalRequest.objects.of_pause(run, pause).pending().exists():
+        return False
+    claimed = AgentRun.objects.filter(
+        pk=run.pk, status=RunStatus.WAITING, pause_count=pause
+    ).update(status=RunStatus.RESUMING, updated=timezone.now())
+    return claimed == 1
+
+
+# --- expiry and recovery --------------------------------------------------------------------
+
+
+def expire_overdue() -> int:
+    """Reject every overdue request (the agent is told it expired) and resume its run."""
+    ttl_hours = settings.AGENTSITE_APPROVAL_TTL / 3600
+    count = 0
+    for request_id in list(ApprovalRequest.objects.overdue().values_list("pk", flat=True)):
+        try:
+            _decide(
+                request_id,
+                None,
+                False,
+                message=(
+                    f"This tool call was not approved: nobody decided within "
+                    f"{ttl_hours:g} hours, so the request expired. Tell the user."
+                ),
+                always=False,
+                seen_hash=None,
+                expired=True,
+            )
+        except DecisionRefused:
+            continue  # decided a moment ago by a reviewer
+        count += 1
+    if count:
+        logger.info("Expired %d approval request(s).", count)
+    return count
+
+
+expire_overdue_async = sync_to_async(expire_overdue, thread_sensitive=False)
+
+
+def recover_stuck_runs(older_than: timedelta | None = None) -> int:
+    """Fail runs that a dead process left running; never re-executes anything."""
+    if older_than is None:
+        older_than = timedelta(seconds=settings.AGENTSITE_STUCK_RUN_TIMEOUT)
+    stuck = list(AgentRun.objects.stuck(older_than).values_list("pk", "conversation_id"))
+    for run_id, conversation_id in stuck:
+        reason = "Interrupted by a restart: the process running it stopped. Nothing was retried."
+        _fail_sync(run_id, reason)
+        events.publish_sync([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
+    return len(stuck)
