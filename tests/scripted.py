@@ -1,0 +1,35 @@
+"""Agents on `ScriptedModel` for run-engine tests, registered like any deployment's agents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import Agent, function_tool
+
+from agentsite import agents as registry
+
+AGENT: Agent[Any] | None = None
+EXECUTED: list[tuple[str, Any]] = []
+
+
+def install(settings: Any, agent: Agent[Any], name: str = "scripted") -> str:
+    """Register `agent` as the only agent, under `name`, through the real registry."""
+    global AGENT
+    AGENT = agent
+    settings.AGENTSITE_AGENTS = {name: "tests.scripted.AGENT"}
+    registry._cache.clear()
+    return name
+
+
+@function_tool(needs_approval=True)
+def delete_account(account: str) -> str:
+    """Delete a customer account."""
+    EXECUTED.append(("delete_account", account))
+    return f"deleted {account}"
+
+
+@function_tool(needs_approval=True)
+def wire_money(account: str, amount: int) -> str:
+    """Send money."""
+    EXECUTED.append(("wire_money", (account, amount)))
+    return f"sent {amount} to {account}"
