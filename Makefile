@@ -23,14 +23,18 @@ setup: $(STAMP)
 run: $(STAMP)
 	DEBUG=1 $(BIN)/python manage.py migrate --no-input
 	DEBUG=1 $(BIN)/python manage.py seed_demo
+	DEBUG=1 $(BIN)/python manage.py recover_runs
 	@echo "agentsite on http://127.0.0.1:$(PORT)/"
 	DEBUG=1 $(BIN)/daphne -b 127.0.0.1 -p $(PORT) agentsite.asgi:application
 
 system-packages:
 	scripts/ensure-system-packages
 
+# The whole suite on SQLite, then again (less the browser tests) on a throwaway PostgreSQL
+# server, where row locks and concurrent transactions behave differently.
 test: $(STAMP) system-packages
 	$(BIN)/python -m pytest
+	scripts/with-postgres $(BIN)/python -m pytest -m "not browser" -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

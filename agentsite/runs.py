@@ -39,6 +39,7 @@ from openai.types.responses import ResponseTextDeltaEvent
 
 from agentsite import agents as registry
 from agentsite import events, executor, providers
+from agentsite.db import db_hop
 from approvals.models import (
     AgentRun,
     ApprovalDecision,
@@ -202,9 +203,9 @@ async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any
         await _fail(run, f"The agent failed: {type(exc).__name__}: {exc}", result)
         return
     if result.interruptions:
-        outcome = await sync_to_async(_save_pause, thread_sensitive=False)(run, agent, result)
+        outcome = await db_hop(_save_pause)(run, agent, result)
     else:
-        outcome = await sync_to_async(_save_completion, thread_sensitive=False)(run, result)
+        outcome = await db_hop(_save_completion)(run, result)
     await events.publish(outcome.events)
 
 
@@ -369,7 +370,7 @@ def _run_updated(
 
 
 async def _claim(run_id: int, expected: str, *, consume_state: bool = False) -> AgentRun | None:
-    run = await sync_to_async(_claim_sync, thread_sensitive=False)(run_id, expected, consume_state)
+    run = await db_hop(_claim_sync)(run_id, expected, consume_state)
     if run is not None:
         await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.RUNNING)])
     return run
@@ -389,7 +390,7 @@ def _claim_sync(run_id: int, expected: str, consume_state: bool) -> AgentRun | N
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
-    await sync_to_async(_fail_sync, thread_sensitive=False)(run.pk, reason, result)
+    await db_hop(_fail_sync)(run.pk, reason, result)
     await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
 
 
@@ -423,7 +424,7 @@ async def fail_unfinished(run_id: int, reason: str) -> None:
         _fail_sync(run_id, reason)
         return AgentRun.objects.get(pk=run_id)
 
-    run = await sync_to_async(fail, thread_sensitive=False)()
+    run = await db_hop(fail)()
     if run is not None:
         await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
 
@@ -451,7 +452,7 @@ async def _restore(run: AgentRun, agent: Agent[Any]) -> RunState[Any]:
             "The agent changed since this run paused (its tools, their arguments or approval "
             "settings differ); nothing was executed."
         )
-    requests = await sync_to_async(_requests_with_decisions, thread_sensitive=False)(run)
+    requests = await db_hop(_requests_with_decisions)(run)
     _refuse_injected_approvals(saved, requests)
     try:
         state = await RunState.from_json(agent, saved)
@@ -671,7 +672,7 @@ def expire_overdue() -> int:
     return count
 
 
-expire_overdue_async = sync_to_async(expire_overdue, thread_sensitive=False)
+expire_overdue_async = db_hop(expire_overdue)
 
 
 def recover_stuck_runs(older_than: timedelta | None = None) -> int:

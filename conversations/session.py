@@ -28,12 +28,13 @@ from agents.memory.session_settings import (
     coerce_session_settings,
     resolve_session_limit,
 )
-from asgiref.sync import sync_to_async
 from cryptography.fernet import InvalidToken
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Subquery
 from django.utils import timezone
 
+from agentsite.db import db_hop
 from conversations.models import Conversation, SessionItem
 
 logger = logging.getLogger(__name__)
@@ -89,33 +90,37 @@ class DjangoSession(SessionABC):
         effective = resolve_session_limit(limit, self.session_settings)
         if effective == 0:
             return []
-        return await sync_to_async(self._get_items_sync, thread_sensitive=False)(effective)
+        return await db_hop(self._get_items_sync)(effective)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if not items:
             return
         # Copied before the hop, so a caller that mutates its list later changes nothing.
         batch = list(items)
-        await _await_mutation(sync_to_async(self._add_items_sync, thread_sensitive=False)(batch))
+        await _await_mutation(db_hop(self._add_items_sync)(batch))
 
     async def pop_item(self) -> TResponseInputItem | None:
         return await self._pop_item_with_validation()
 
     async def clear_session(self) -> None:
-        await _await_mutation(sync_to_async(self._clear_sync, thread_sensitive=False)())
+        await _await_mutation(db_hop(self._clear_sync)())
 
     async def _pop_item_with_validation(
         self, validate: Callable[[TResponseInputItem], None] | None = None
     ) -> TResponseInputItem | None:
         """Pop the newest item; if `validate` raises, nothing is removed."""
-        return await _await_mutation(
-            sync_to_async(self._pop_sync, thread_sensitive=False)(validate)
-        )
+        return await _await_mutation(db_hop(self._pop_sync)(validate))
 
     # --- the synchronous halves, each run whole in one worker thread -----------------------
 
     def _items(self) -> Any:
-        return SessionItem.objects.filter(conversation__session_id=self.session_id)
+        # A scalar subquery, not a join: the planner then knows it reads one conversation and
+        # walks the (conversation, id) index, where a join may walk every item of every
+        # conversation newest-first (PostgreSQL does).
+        conversation = (
+            Conversation.objects.filter(session_id=self.session_id).order_by().values("pk")[:1]
+        )
+        return SessionItem.objects.filter(conversation_id=Subquery(conversation))
 
     def _get_items_sync(self, limit: int | None) -> list[TResponseInputItem]:
         if limit is None or limit < 0:

@@ -52,3 +52,18 @@ def plain_static_storage(settings: Any) -> None:
 
 
 from tests.live import browser, live_site, page  # noqa: E402,F401  (fixtures)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Any:
+    """On PostgreSQL, end the worker threads' connections so the test database can drop."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )

@@ -48,13 +48,26 @@ class LiveSite:
         return self.log_path.read_text(errors="replace")
 
 
-def start_site(db_name: str, log_path: Path, extra_env: dict[str, str] | None = None) -> LiveSite:
+def test_database_url() -> str:
+    """The URL of the test database this process uses, for servers and workers it starts."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    return f"postgres://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def start_site(
+    database_url: str, log_path: Path, extra_env: dict[str, str] | None = None
+) -> LiveSite:
     port = free_port()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "AGENTSITE_LIVE_TEST_SERVER": "1",
-        "DATABASE_URL": f"sqlite:///{db_name}",
+        "DATABASE_URL": database_url,
         "PYTHONUNBUFFERED": "1",
         **(extra_env or {}),
     }
@@ -103,11 +116,9 @@ def stop_site(site: LiveSite) -> None:
 def live_site(
     django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveSite]:
-    from django.db import connection
-
     with django_db_blocker.unblock():
-        db_name = connection.settings_dict["NAME"]
-    site = start_site(str(db_name), tmp_path_factory.mktemp("site") / "daphne.log")
+        database_url = test_database_url()
+    site = start_site(database_url, tmp_path_factory.mktemp("site") / "daphne.log")
     yield site
     stop_site(site)
 

@@ -1,0 +1,28 @@
+"""Database work from async code: one hop to a worker thread per operation.
+
+Hops are not thread-sensitive, so independent operations really run in parallel, each
+worker thread with its own connection. Nothing closes those connections at the end of a
+request, so each hop first does what Django does between requests: drop a connection that
+broke or outlived `CONN_MAX_AGE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def db_hop(function: Callable[P, T]) -> Callable[P, Any]:
+    """`function` as a coroutine function that runs it in a worker thread."""
+
+    def fresh(*args: P.args, **kwargs: P.kwargs) -> T:
+        close_old_connections()
+        return function(*args, **kwargs)
+
+    return sync_to_async(fresh, thread_sensitive=False)
