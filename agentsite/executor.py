@@ -50,10 +50,14 @@ class InProcessExecutor:
         self._background_loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._pending: set[asyncio.Task[None] | concurrent.futures.Future[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Run jobs on the server's loop from now on (asgi.py calls this)."""
+        if self._server_loop is loop:
+            return
         self._server_loop = loop
+        start_sweeper(loop)
 
     def submit(self, job: Job, run_id: int) -> None:
         try:
@@ -74,6 +78,10 @@ class InProcessExecutor:
         with self._lock:
             self._pending.add(work)
         work.add_done_callback(self._forget)
+
+    def _keep_forever(self, task: asyncio.Task[None]) -> None:
+        # Referenced, but not counted as pending work: the sweeper never ends.
+        self._sweeper = task
 
     def _forget(self, work: Any) -> None:
         with self._lock:
@@ -122,7 +130,35 @@ class TasksExecutor:
         task.enqueue(run_id)
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        pass
+        start_sweeper(loop)
+
+
+_sweeping: set[asyncio.AbstractEventLoop] = set()
+
+
+def start_sweeper(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
+    """Every AGENTSITE_SWEEP_SECONDS, the server expires overdue approvals and deals with
+    runs that a dead process left behind, so neither needs a cron job."""
+    if loop in _sweeping or settings.AGENTSITE_SWEEP_SECONDS <= 0:
+        return None
+    _sweeping.add(loop)
+    task = loop.create_task(_sweep_forever(settings.AGENTSITE_SWEEP_SECONDS))
+    task.add_done_callback(lambda _: _sweeping.discard(loop))
+    _inprocess._keep_forever(task)
+    return task
+
+
+async def _sweep_forever(every: float) -> None:
+    from agentsite import runs
+    from agentsite.db import db_hop
+
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await runs.expire_overdue_async()
+            await db_hop(runs.recover_stuck_runs)()
+        except Exception:
+            logger.exception("The sweep of overdue approvals and stuck runs failed")
 
 
 _inprocess = InProcessExecutor()
@@ -146,3 +182,11 @@ def submit(job: Job, run_id: int) -> None:
 
 def inprocess() -> InProcessExecutor:
     return _inprocess
+
+
+def wait_for_inprocess_jobs(timeout: float) -> bool:
+    """For management commands: in-process jobs run on a daemon thread of the command, so
+    exiting at once would kill them half-way. True when none is left (or none can be)."""
+    if not isinstance(get_executor(), InProcessExecutor):
+        return True
+    return _inprocess.wait_idle(timeout=timeout)

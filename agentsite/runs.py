@@ -20,6 +20,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 MAX_INPUT_CHARS = 20_000
 MAX_MESSAGE_CHARS = 2_000
+HEARTBEAT_SECONDS = 30
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -185,7 +187,12 @@ async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any
         result = Runner.run_streamed(
             agent, run_input, session=session, run_config=_run_config(run, agent)
         )
+        last_beat = time.monotonic()
         async for stream_event in result.stream_events():
+            if time.monotonic() - last_beat > HEARTBEAT_SECONDS:
+                # A run that streams is alive: `recover_runs` only fails runs gone quiet.
+                last_beat = time.monotonic()
+                await db_hop(_heartbeat)(run.pk)
             if stream_event.type == "raw_response_event" and isinstance(
                 stream_event.data, ResponseTextDeltaEvent
             ):
@@ -207,6 +214,10 @@ async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any
     else:
         outcome = await db_hop(_save_completion)(run, result)
     await events.publish(outcome.events)
+
+
+def _heartbeat(run_id: int) -> None:
+    AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(updated=timezone.now())
 
 
 def _usage(result: RunResultStreaming | None) -> dict[str, int]:
@@ -238,7 +249,8 @@ def _final_text(output: Any) -> str:
 
 def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
     now = timezone.now()
-    AgentRun.objects.filter(pk=run.pk).update(
+    # Only a run that is still ours: one failed meanwhile (recovery, a crash handler) stays so.
+    saved = AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
         status=RunStatus.COMPLETED,
         final_output=_final_text(result.final_output),
         usage=_usage(result),
@@ -248,6 +260,9 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
         finished=now,
         updated=now,
     )
+    if not saved:
+        logger.warning("Run %s finished but was no longer running; its result was dropped.", run.pk)
+        return _Outcome()
     return _Outcome(
         events=[
             events.RunUpdated(
@@ -309,6 +324,10 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
     try:
         with transaction.atomic():
             locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+            if locked.status != RunStatus.RUNNING:
+                # Failed meanwhile: asking reviewers to approve a dead run's calls is wrong.
+                logger.warning("Run %s paused but was %s; nothing saved.", run.pk, locked.status)
+                return outcome
             pause = locked.pause_count + 1
             requests = [
                 ApprovalRequest.objects.create(
@@ -390,11 +409,19 @@ def _claim_sync(run_id: int, expected: str, consume_state: bool) -> AgentRun | N
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
-    await db_hop(_fail_sync)(run.pk, reason, result)
-    await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
+    if await db_hop(_fail_sync)(run.pk, reason, result):
+        await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
 
 
-def _fail_sync(run_id: int, reason: str, result: RunResultStreaming | None = None) -> None:
+def _fail_sync(
+    run_id: int,
+    reason: str,
+    result: RunResultStreaming | None = None,
+    *,
+    from_statuses: tuple[str, ...] = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING),
+    quiet_since: Any = None,
+) -> bool:
+    """Fail the run if it is still in one of `from_statuses`; True if this call failed it."""
     now = timezone.now()
     changes: dict[str, Any] = {
         "status": RunStatus.FAILED,
@@ -404,29 +431,30 @@ def _fail_sync(run_id: int, reason: str, result: RunResultStreaming | None = Non
     }
     if result is not None:
         changes["usage"] = _usage(result)
-        changes["trace_id"] = _trace_id(result) or AgentRun.objects.get(pk=run_id).trace_id
-    AgentRun.objects.filter(pk=run_id).update(**changes)
-    # Whatever still waits in this run can no longer be decided.
-    ApprovalRequest.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
-        status=ApprovalStatus.CANCELLED
-    )
+        if _trace_id(result):
+            changes["trace_id"] = _trace_id(result)
+    with transaction.atomic():
+        rows = AgentRun.objects.filter(pk=run_id, status__in=from_statuses)
+        if quiet_since is not None:
+            rows = rows.filter(updated__lt=quiet_since)
+        failed = rows.update(**changes)
+        if failed:
+            # Whatever still waits in this run can no longer be decided.
+            ApprovalRequest.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
+                status=ApprovalStatus.CANCELLED
+            )
+    return bool(failed)
 
 
 async def fail_unfinished(run_id: int, reason: str) -> None:
-    """Fail a run that a crash left running or resuming; finished or waiting runs stay."""
-
-    def fail() -> AgentRun | None:
-        rows = AgentRun.objects.filter(
-            pk=run_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING)
+    """Fail a run that a crash left queued, running or resuming; others stay as they are."""
+    if await db_hop(_fail_sync)(run_id, reason):
+        conversation_id = (
+            await AgentRun.objects.filter(pk=run_id)
+            .values_list("conversation_id", flat=True)
+            .aget()
         )
-        if not rows.exists():
-            return None
-        _fail_sync(run_id, reason)
-        return AgentRun.objects.get(pk=run_id)
-
-    run = await db_hop(fail)()
-    if run is not None:
-        await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
+        await events.publish([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
 
 
 # --- restoring a paused run -----------------------------------------------------------------
@@ -648,17 +676,18 @@ def _claim_for_resume(run: AgentRun, pause: int) -> bool:
 
 def expire_overdue() -> int:
     """Reject every overdue request (the agent is told it expired) and resume its run."""
-    ttl_hours = settings.AGENTSITE_APPROVAL_TTL / 3600
     count = 0
-    for request_id in list(ApprovalRequest.objects.overdue().values_list("pk", flat=True)):
+    overdue = ApprovalRequest.objects.overdue().values_list("pk", "created", "expires_at")
+    for request_id, created, expires_at in list(overdue):
+        waited = _duration(expires_at - created)
         try:
             _decide(
                 request_id,
                 None,
                 False,
                 message=(
-                    f"This tool call was not approved: nobody decided within "
-                    f"{ttl_hours:g} hours, so the request expired. Tell the user."
+                    f"This tool call was not approved: nobody decided within {waited}, "
+                    "so the request expired. Tell the user."
                 ),
                 always=False,
                 seen_hash=None,
@@ -675,13 +704,50 @@ def expire_overdue() -> int:
 expire_overdue_async = db_hop(expire_overdue)
 
 
-def recover_stuck_runs(older_than: timedelta | None = None) -> int:
-    """Fail runs that a dead process left running; never re-executes anything."""
+def _duration(delta: timedelta) -> str:
+    seconds = max(int(delta.total_seconds()), 0)
+    if seconds >= 3600:
+        hours = seconds / 3600
+        return (
+            f"{hours:g} hour{'s' if hours != 1 else ''}"
+            if hours == int(hours)
+            else f"{hours:.1f} hours"
+        )
+    minutes = max(seconds // 60, 1)
+    return f"{minutes} minute{'s' if minutes != 1 else ''}"
+
+
+@dataclass
+class Recovery:
+    failed: int = 0
+    resubmitted: int = 0
+
+
+def recover_stuck_runs(older_than: timedelta | None = None) -> Recovery:
+    """Deal with runs that a dead process left behind; no tool ever runs twice.
+
+    - running, and quiet for `older_than` (a live run beats every 30 s): its process died
+      mid-run, perhaps mid-tool. It fails with "interrupted by a restart"; nothing is retried.
+    - queued or resuming, and quiet for `older_than`: its job was lost before it started
+      (the in-process executor's queue dies with its process). Nothing of it has executed
+      (a resuming run's state is unconsumed), so the job is submitted again; the claim in
+      `execute`/`resume` lets exactly one copy of a job proceed.
+    """
     if older_than is None:
         older_than = timedelta(seconds=settings.AGENTSITE_STUCK_RUN_TIMEOUT)
-    stuck = list(AgentRun.objects.stuck(older_than).values_list("pk", "conversation_id"))
-    for run_id, conversation_id in stuck:
-        reason = "Interrupted by a restart: the process running it stopped. Nothing was retried."
-        _fail_sync(run_id, reason)
-        events.publish_sync([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
-    return len(stuck)
+    cutoff = timezone.now() - older_than
+    recovery = Recovery()
+    reason = "Interrupted by a restart: the process running it stopped. Nothing was retried."
+    dead = AgentRun.objects.filter(status=RunStatus.RUNNING, updated__lt=cutoff)
+    for run_id, conversation_id in list(dead.values_list("pk", "conversation_id")):
+        # Conditional again: a run that beat since the listing is alive and stays so.
+        if _fail_sync(run_id, reason, from_statuses=(RunStatus.RUNNING,), quiet_since=cutoff):
+            recovery.failed += 1
+            events.publish_sync([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
+    lost = AgentRun.objects.filter(
+        status__in=(RunStatus.QUEUED, RunStatus.RESUMING), updated__lt=cutoff, state_consumed=False
+    )
+    for run_id, status in list(lost.values_list("pk", "status")):
+        executor.submit("execute" if status == RunStatus.QUEUED else "resume", run_id)
+        recovery.resubmitted += 1
+    return recovery

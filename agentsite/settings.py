@@ -216,6 +216,9 @@ AGENTSITE_REJECTION_MESSAGE = env_str(
 AGENTSITE_EXECUTOR = env_str("AGENTSITE_EXECUTOR", "inprocess")
 # A run still "running" after this many seconds without progress is taken as dead.
 AGENTSITE_STUCK_RUN_TIMEOUT = env_int("AGENTSITE_STUCK_RUN_TIMEOUT", 15 * 60)
+# How often the server expires overdue approvals and recovers stuck runs (0: never; then run
+# `manage.py expire_approvals` and `manage.py recover_runs` from cron).
+AGENTSITE_SWEEP_SECONDS = env_int("AGENTSITE_SWEEP_SECONDS", 60)
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 # One handler, on the root logger: every app logger (and daphne's) propagates to it once.

@@ -33,3 +33,15 @@ def wire_money(account: str, amount: int) -> str:
     """Send money."""
     EXECUTED.append(("wire_money", (account, amount)))
     return f"sent {amount} to {account}"
+
+
+@function_tool
+def get_recovered() -> str:
+    """Stands for `recover_runs` failing this run while it still runs (a wrong guess)."""
+    from approvals.models import AgentRun, RunStatus
+
+    AgentRun.objects.filter(status=RunStatus.RUNNING).update(
+        status=RunStatus.FAILED, error="Interrupted by a restart (wrongly)."
+    )
+    EXECUTED.append(("get_recovered", None))
+    return "ok"

@@ -506,7 +506,7 @@ def test_a_missing_or_corrupt_state_fails_the_run_clearly(submitted: list) -> No
 
 def test_a_decision_after_the_run_failed_is_refused(submitted: list) -> None:
     run = pause("cancel order 42")
-    runs._fail_sync(run.pk, "boom")
+    runs._fail_sync(run.pk, "boom", from_statuses=(RunStatus.WAITING,))
     with pytest.raises(runs.RequestClosed, match="cancelled"):
         runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
 
@@ -520,3 +520,29 @@ def _replace_in(value: Any, old: str, new: str) -> Any:
     if isinstance(value, str):
         return value.replace(old, new)
     return value
+
+
+@pytest.mark.parametrize("ends_with", ["a reply", "a pause"])
+def test_a_run_failed_meanwhile_is_neither_completed_nor_paused(
+    submitted: list, settings: Any, ends_with: str
+) -> None:
+    last_step = (
+        [assistant_message("All done.", item_id="m1")]
+        if ends_with == "a reply"
+        else [function_call("delete_account", {"account": "x"}, call_id="c2")]
+    )
+    agent = Agent(
+        name="Ops",
+        model=ScriptedModel([[function_call("get_recovered", {}, call_id="c1")], last_step]),
+        tools=[scripted.get_recovered, scripted.delete_account],
+    )
+    name = scripted.install(settings, agent)
+    run = start("go", agent_name=name)
+    asyncio.run(runs.execute(run.pk))
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.final_output == ""
+    assert run.state is None
+    assert ApprovalRequest.objects.filter(run=run).count() == 0
+    assert scripted.EXECUTED == [("get_recovered", None)]

@@ -1,0 +1,237 @@
+"""Runs, approval requests and the decisions audit, for staff.
+
+Everything here is the engine's, so it is all view-only: a saved form would write back every
+column it loaded (status, the signed state) over what the engine wrote meanwhile; runs are
+started only by the engine; and decisions are an audit, appended to by the engine alone.
+Requests are decided only through `runs.decide`, by the bulk actions, so the admin takes the
+same path as the inbox: one winning decision, events, and a resume after commit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from agentsite import runs
+from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest
+
+
+def pretty_json(value: Any) -> SafeString | str:
+    if value is None:
+        return "-"
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+
+
+class ReadOnlyAdminMixin:
+    """Viewable by staff with the view permission; never added, changed or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ApprovalRequestInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = ApprovalRequest
+    fields = ("request_link", "call", "agent_name", "status", "decided_by", "decided_at")
+    readonly_fields = fields
+    ordering = ["pause", "pk"]
+    extra = 0
+    can_delete = False
+
+    @admin.display(description="request")
+    def request_link(self, request_obj: ApprovalRequest) -> SafeString:
+        url = reverse("admin:approvals_approvalrequest_change", args=[request_obj.pk])
+        return format_html(
+            '<a href="{}">#{} (pause {})</a>', url, request_obj.pk, request_obj.pause
+        )
+
+    @admin.display(description="call")
+    def call(self, request_obj: ApprovalRequest) -> str:
+        return request_obj.call_display()
+
+
+RUN_FIELDS = (
+    "conversation",
+    "agent_name",
+    "requested_by",
+    "input",
+    "status",
+    "error",
+    "final_output",
+    "created",
+    "updated",
+    "finished",
+)
+RUN_STATE_FIELDS = (
+    "pause_count",
+    "state_consumed",
+    "sdk_version",
+    "state_schema_version",
+    "agent_fingerprint",
+    "state_signature",
+    "pretty_state",
+)
+RUN_TRACE_FIELDS = ("trace_id", "pretty_usage")
+
+
+@admin.register(AgentRun)
+class AgentRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "pk",
+        "agent_name",
+        "status",
+        "conversation",
+        "requested_by",
+        "pause_count",
+        "created",
+        "updated",
+        "finished",
+    ]
+    list_filter = ["status", "agent_name"]
+    search_fields = [
+        "conversation__session_id",
+        "input",
+        "approval_requests__tool_name",
+        "=approval_requests__call_id",
+    ]
+    list_select_related = ["conversation", "requested_by"]
+    date_hierarchy = "created"
+    fieldsets = [
+        (None, {"fields": RUN_FIELDS}),
+        ("Saved state", {"fields": RUN_STATE_FIELDS}),
+        ("Tracing", {"fields": RUN_TRACE_FIELDS}),
+    ]
+    readonly_fields = RUN_FIELDS + RUN_STATE_FIELDS + RUN_TRACE_FIELDS
+    inlines = [ApprovalRequestInline]
+
+    @admin.display(description="state")
+    def pretty_state(self, run: AgentRun) -> SafeString | str:
+        return pretty_json(run.state)
+
+    @admin.display(description="usage")
+    def pretty_usage(self, run: AgentRun) -> SafeString | str:
+        return pretty_json(run.usage)
+
+
+class ApprovalDecisionInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = ApprovalDecision
+    fields = ("created", "reviewer", "approved", "always", "message", "arguments_hash")
+    readonly_fields = fields
+    ordering = ["created", "pk"]
+    extra = 0
+    can_delete = False
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "pk",
+        "call",
+        "agent_name",
+        "status",
+        "run",
+        "created",
+        "expires_at",
+        "decided_by",
+        "decided_at",
+    ]
+    list_filter = ["status", "tool_name", "agent_name"]
+    search_fields = [
+        "run__conversation__session_id",
+        "run__input",
+        "tool_name",
+        "=call_id",
+    ]
+    list_select_related = ["run", "decided_by"]
+    date_hierarchy = "created"
+    fields = readonly_fields = (
+        "run",
+        "pause",
+        "agent_name",
+        "tool_name",
+        "call_id",
+        "origin",
+        "pretty_arguments",
+        "arguments_hash",
+        "status",
+        "created",
+        "expires_at",
+        "decided_by",
+        "decided_at",
+    )
+    inlines = [ApprovalDecisionInline]
+    actions = ["approve_selected", "reject_selected"]
+
+    def has_decide_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("approvals.decide_approvalrequest")
+
+    @admin.display(description="call")
+    def call(self, request_obj: ApprovalRequest) -> str:
+        return request_obj.call_display()
+
+    @admin.display(description="arguments")
+    def pretty_arguments(self, request_obj: ApprovalRequest) -> SafeString | str:
+        return pretty_json(request_obj.arguments)
+
+    @admin.action(permissions=["decide"], description="Approve selected")
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
+        self._decide(request, queryset, approve=True)
+
+    @admin.action(permissions=["decide"], description="Reject selected")
+    def reject_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
+        self._decide(request, queryset, approve=False)
+
+    def _decide(
+        self, request: HttpRequest, queryset: QuerySet[ApprovalRequest], *, approve: bool
+    ) -> None:
+        decided = 0
+        for approval in queryset.order_by("pk"):
+            try:
+                # A bulk action has no room for a message: the model is told the configured
+                # rejection text.
+                runs.decide(approval, request.user, approve, message=None)
+            except runs.DecisionRefused as refusal:
+                self.message_user(
+                    request,
+                    f"{approval.call_display()} (#{approval.pk}): {refusal}",
+                    messages.ERROR,
+                )
+            else:
+                decided += 1
+        if decided:
+            verb = "Approved" if approve else "Rejected"
+            noun = "request" if decided == 1 else "requests"
+            self.message_user(request, f"{verb} {decided} {noun}.", messages.SUCCESS)
+
+
+@admin.register(ApprovalDecision)
+class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The audit trail: append-only, and only the engine appends."""
+
+    list_display = ["created", "request", "reviewer", "approved", "always", "message"]
+    list_filter = ["approved", "always"]
+    search_fields = ["request__tool_name", "=request__call_id", "reviewer__username", "message"]
+    list_select_related = ["request", "reviewer"]
+    date_hierarchy = "created"
+    fields = readonly_fields = (
+        "request",
+        "reviewer",
+        "approved",
+        "always",
+        "message",
+        "arguments_hash",
+        "created",
+    )

@@ -1,0 +1,289 @@
+"""The admin of runs, approval requests and decisions: view-only, decided through the engine."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.contrib.messages import get_messages
+from django.test import Client
+
+from agentsite import runs
+from agentsite.demo.models import OrderEvent
+from agentsite.demo.seed import seed_orders
+from approvals.models import (
+    AgentRun,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalStatus,
+    RunStatus,
+)
+from tests.factories import make_conversation, make_user
+
+# Tools run in worker threads with their own database connections: they must see committed rows.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RUNS = "/admin/approvals/agentrun/"
+REQUESTS = "/admin/approvals/approvalrequest/"
+DECISIONS = "/admin/approvals/approvaldecision/"
+
+
+@pytest.fixture(autouse=True)
+def orders() -> None:
+    seed_orders()
+
+
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Jobs handed to the executor, recorded instead of run."""
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(
+        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
+    )
+    return calls
+
+
+@pytest.fixture
+def admin_client(client: Client) -> Client:
+    client.force_login(make_user(username="admin", is_staff=True, is_superuser=True))
+    return client
+
+
+def grant(user: Any, *codenames: str) -> Any:
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="approvals", codename__in=codenames)
+    )
+    return type(user).objects.get(pk=user.pk)  # drop the permission cache
+
+
+def paused_run(submitted: list[tuple[str, int]], text: str = "cancel order 42") -> AgentRun:
+    alice = make_user()
+    run = runs.start_run(make_conversation(owner=alice, agent_name="support"), text, alice)
+    assert submitted[-1] == ("execute", run.pk)
+    asyncio.run(runs.execute(run.pk))
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING, run.error
+    assert run.approval_requests.pending().count() == 1
+    return run
+
+
+def approve_selected(client: Client, *requests: ApprovalRequest, action: str = "approve_selected"):
+    return client.post(
+        REQUESTS,
+        {"action": action, "_selected_action": [r.pk for r in requests], "index": 0},
+    )
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+def test_it_renders_the_changelists_and_change_pages(admin_client: Client, submitted: list) -> None:
+    run = paused_run(submitted)
+    request = run.approval_requests.get()
+    reviewer = grant(make_user(username="rita"), "decide_approvalrequest")
+    runs.decide(request, reviewer, False, message="Not this one.")
+    decision = ApprovalDecision.objects.get()
+
+    for url in (RUNS, REQUESTS, DECISIONS):
+        assert admin_client.get(url).status_code == 200, url
+    assert admin_client.get(RUNS, {"q": run.conversation.session_id}).status_code == 200
+    assert (
+        admin_client.get(RUNS, {"status": "resuming", "agent_name": "support"}).status_code == 200
+    )
+    assert admin_client.get(REQUESTS, {"q": request.call_id}).status_code == 200
+    assert admin_client.get(REQUESTS, {"tool_name": "cancel_order"}).status_code == 200
+
+    run_page = admin_client.get(f"{RUNS}{run.pk}/change/")
+    assert run_page.status_code == 200
+    body = run_page.content.decode()
+    # The request shows inline, with a link to its own page.
+    assert f'href="{REQUESTS}{request.pk}/change/"' in body
+    assert "cancel_order(order_id=42)" in body
+
+    request_page = admin_client.get(f"{REQUESTS}{request.pk}/change/")
+    assert request_page.status_code == 200
+    # Its decision shows inline.
+    assert "Not this one." in request_page.content.decode()
+
+    assert admin_client.get(f"{DECISIONS}{decision.pk}/change/").status_code == 200
+
+
+def test_it_searches_runs_by_session_input_tool_and_call_id(
+    admin_client: Client, submitted: list
+) -> None:
+    run = paused_run(submitted)
+    request = run.approval_requests.get()
+    for query in (run.conversation.session_id, "cancel order", "cancel_order", request.call_id):
+        response = admin_client.get(RUNS, {"q": query})
+        assert response.context["cl"].result_count == 1, query
+    assert admin_client.get(RUNS, {"q": "no such thing"}).context["cl"].result_count == 0
+    for query in (run.conversation.session_id, "cancel order", request.call_id):
+        response = admin_client.get(REQUESTS, {"q": query})
+        assert response.context["cl"].result_count == 1, query
+
+
+def test_it_shows_the_state_pretty_printed_and_escaped(
+    admin_client: Client, submitted: list
+) -> None:
+    run = paused_run(submitted, "cancel order 42 <script>alert(1)</script>")
+
+    body = admin_client.get(f"{RUNS}{run.pk}/change/").content.decode()
+
+    assert "<script>alert(1)</script>" not in body
+    # The state's JSON, indented, inside a <pre>; the input it holds is escaped there too.
+    start = body.index(
+        '<pre style="white-space: pre-wrap; margin: 0">{\n  &quot;$schemaVersion&quot;'
+    )
+    state = body[start : body.index("</pre>", start)]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in state
+
+
+def test_it_lets_nobody_edit_what_the_engine_owns(admin_client: Client, submitted: list) -> None:
+    run = paused_run(submitted)
+    request = run.approval_requests.get()
+
+    run_page = admin_client.get(f"{RUNS}{run.pk}/change/").content.decode()
+    for name in ("status", "state", "state_signature", "agent_fingerprint", "pause_count"):
+        assert f'name="{name}"' not in run_page
+    assert 'name="_save"' not in run_page
+    request_page = admin_client.get(f"{REQUESTS}{request.pk}/change/").content.decode()
+    for name in ("status", "arguments", "arguments_hash", "expires_at"):
+        assert f'name="{name}"' not in request_page
+    assert 'name="_save"' not in request_page
+
+    response = admin_client.post(f"{RUNS}{run.pk}/change/", {"status": "completed"})
+    assert response.status_code == 403
+    response = admin_client.post(f"{REQUESTS}{request.pk}/change/", {"status": "approved"})
+    assert response.status_code == 403
+    assert admin_client.get(f"{RUNS}add/").status_code == 403
+    assert admin_client.get(f"{REQUESTS}add/").status_code == 403
+    run.refresh_from_db()
+    request.refresh_from_db()
+    assert run.status == RunStatus.WAITING
+    assert request.status == ApprovalStatus.PENDING
+
+
+def test_it_keeps_decisions_append_only_even_for_a_superuser(
+    admin_client: Client, submitted: list
+) -> None:
+    run = paused_run(submitted)
+    reviewer = grant(make_user(username="rita"), "decide_approvalrequest")
+    runs.decide(run.approval_requests.get(), reviewer, True)
+    decision = ApprovalDecision.objects.get()
+
+    assert admin_client.get(f"{DECISIONS}add/").status_code == 403
+    assert admin_client.post(f"{DECISIONS}add/", {"approved": "on"}).status_code == 403
+    response = admin_client.post(
+        f"{DECISIONS}{decision.pk}/change/", {"approved": "", "message": "edited"}
+    )
+    assert response.status_code == 403
+    assert admin_client.get(f"{DECISIONS}{decision.pk}/delete/").status_code == 403
+    assert (
+        admin_client.post(f"{DECISIONS}{decision.pk}/delete/", {"post": "yes"}).status_code == 403
+    )
+    page = admin_client.get(f"{DECISIONS}{decision.pk}/change/").content.decode()
+    assert 'name="_save"' not in page
+    assert "deletelink" not in page
+    changelist = admin_client.get(DECISIONS).content.decode()
+    assert f"{DECISIONS}add/" not in changelist
+    assert "delete_selected" not in changelist
+
+    decision.refresh_from_db()
+    assert decision.approved is True
+    assert decision.message == ""
+    assert ApprovalDecision.objects.count() == 1
+
+
+def test_it_approves_selected_requests_through_the_engine(
+    admin_client: Client, submitted: list
+) -> None:
+    run = paused_run(submitted)
+    request = run.approval_requests.get()
+
+    response = approve_selected(admin_client, request)
+
+    assert response.status_code == 302
+    assert messages_of(response) == ["Approved 1 request."]
+    decision = ApprovalDecision.objects.get()
+    assert decision.request == request
+    assert decision.reviewer is not None and decision.reviewer.username == "admin"
+    assert decision.approved is True
+    request.refresh_from_db()
+    assert request.status == ApprovalStatus.APPROVED
+    run.refresh_from_db()
+    assert run.status == RunStatus.RESUMING
+    assert submitted[-1] == ("resume", run.pk)
+    # Approving is not executing: the tool runs only when the run resumes.
+    assert OrderEvent.objects.count() == 0
+
+
+def test_it_reports_each_refusal_and_decides_nothing_twice(
+    admin_client: Client, submitted: list
+) -> None:
+    first, second = paused_run(submitted), paused_run(submitted)
+    first_request, second_request = first.approval_requests.get(), second.approval_requests.get()
+    approve_selected(admin_client, first_request)
+    admin_client.get(REQUESTS)  # shows, and so consumes, that action's message
+    resumes = len(submitted)
+
+    response = approve_selected(admin_client, first_request, second_request)
+
+    shown = messages_of(response)
+    assert len(shown) == 2
+    assert shown[0].startswith(f"cancel_order(order_id=42) (#{first_request.pk}): ")
+    assert "Already approved by admin at " in shown[0]
+    assert shown[1] == "Approved 1 request."
+    assert ApprovalDecision.objects.filter(request=first_request).count() == 1
+    assert ApprovalDecision.objects.filter(request=second_request).count() == 1
+    assert submitted[resumes:] == [("resume", second.pk)]
+
+
+def test_it_rejects_selected_requests(admin_client: Client, submitted: list) -> None:
+    run = paused_run(submitted)
+    request = run.approval_requests.get()
+
+    response = approve_selected(admin_client, request, action="reject_selected")
+
+    assert messages_of(response) == ["Rejected 1 request."]
+    decision = ApprovalDecision.objects.get()
+    assert decision.approved is False
+    request.refresh_from_db()
+    assert request.status == ApprovalStatus.REJECTED
+    run.refresh_from_db()
+    assert run.status == RunStatus.RESUMING
+    assert submitted[-1] == ("resume", run.pk)
+
+
+def test_it_hides_the_actions_from_staff_who_may_not_decide(
+    client: Client, submitted: list
+) -> None:
+    run = paused_run(submitted)
+    request = run.approval_requests.get()
+    viewer = grant(
+        make_user(username="victor", is_staff=True),
+        "view_agentrun",
+        "view_approvalrequest",
+        "view_approvaldecision",
+    )
+    client.force_login(viewer)
+
+    changelist = client.get(REQUESTS)
+    assert changelist.status_code == 200
+    assert "approve_selected" not in changelist.content.decode()
+    assert "reject_selected" not in changelist.content.decode()
+    assert client.get(f"{RUNS}{run.pk}/change/").status_code == 200
+
+    # Posting the action anyway decides nothing.
+    approve_selected(client, request)
+    assert ApprovalDecision.objects.count() == 0
+    request.refresh_from_db()
+    assert request.status == ApprovalStatus.PENDING
+
+    # The same staff user with the permission sees them.
+    grant(viewer, "decide_approvalrequest")
+    body = client.get(REQUESTS).content.decode()
+    assert "approve_selected" in body
+    assert "reject_selected" in body
