@@ -100,7 +100,7 @@ class AgentRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "updated",
         "finished",
     ]
-    list_filter = ["status", "agent_name"]
+    list_filter = ["status", "agent_name", "approval_requests__tool_name"]
     search_fields = [
         "conversation__session_id",
         "input",

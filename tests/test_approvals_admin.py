@@ -287,3 +287,13 @@ def test_it_hides_the_actions_from_staff_who_may_not_decide(
     body = client.get(REQUESTS).content.decode()
     assert "approve_selected" in body
     assert "reject_selected" in body
+
+
+def test_it_filters_runs_by_the_tool_they_asked_for(admin_client: Any, submitted: list) -> None:
+    cancel = paused_run(submitted)
+    other = runs.start_run(make_conversation(agent_name="support"), "where is order 7")
+    page = admin_client.get(
+        "/admin/approvals/agentrun/?approval_requests__tool_name=cancel_order"
+    ).content.decode()
+    assert f"/admin/approvals/agentrun/{cancel.pk}/change/" in page
+    assert f"/admin/approvals/agentrun/{other.pk}/change/" not in page

@@ -546,3 +546,21 @@ def test_a_run_failed_meanwhile_is_neither_completed_nor_paused(
     assert run.state is None
     assert ApprovalRequest.objects.filter(run=run).count() == 0
     assert scripted.EXECUTED == [("get_recovered", None)]
+
+
+async def test_a_decision_is_announced_to_every_inbox_after_commit(submitted: list) -> None:
+    run = await sync_to_async(pause)("cancel order 42")
+    layer = get_channel_layer()
+    inbox = await layer.new_channel()
+    await layer.group_add(events.INBOX_GROUP, inbox)
+    request = await ApprovalRequest.objects.aget(run=run)
+    rita = await sync_to_async(make_reviewer)()
+
+    await runs.adecide(request.pk, rita, False, message="<b>no</b>")
+
+    message = await asyncio.wait_for(layer.receive(inbox), 2)
+    assert message["type"] == "approval.decided"
+    assert message["event"]["request_id"] == request.pk
+    assert message["event"]["status"] == "rejected"
+    assert message["event"]["decided_by"] == "rita"
+    assert message["event"]["message"] == "<b>no</b>"  # escaping is the page's job
