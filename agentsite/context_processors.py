@@ -7,8 +7,15 @@ from typing import Any
 from django.http import HttpRequest
 
 from agentsite import providers
+from agentsite.permissions import is_reviewer
 
 
 def agentsite(request: HttpRequest) -> dict[str, Any]:
     info = providers.provider_info()
-    return {"model_provider": info, "offline_demo_model": info.offline}
+    user = getattr(request, "user", None)
+    return {
+        "model_provider": info,
+        "offline_demo_model": info.offline,
+        "is_reviewer": is_reviewer(user),
+        "can_view_traces": bool(user and user.has_perm("tracing.view_trace")),
+    }

@@ -4,5 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Each app adds its `routing.websocket_urlpatterns` here as its consumers land.
-websocket_urlpatterns: list[Any] = []
+from approvals.routing import websocket_urlpatterns as approvals_patterns
+from conversations.routing import websocket_urlpatterns as conversations_patterns
+
+websocket_urlpatterns: list[Any] = [*conversations_patterns, *approvals_patterns]

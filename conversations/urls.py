@@ -4,4 +4,5 @@ from conversations import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("chats/", views.chats, name="chats"),
 ]

@@ -17,3 +17,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "conversations/home.html",
         {"conversations": conversations, "agent_names": agents.agent_names()},
     )
+
+
+def chats(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("The chats are being built.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.factories import make_user
 
@@ -15,7 +16,7 @@ def test_a_visitor_sees_the_demo_notice_and_can_log_in(live_site: Any, page: Any
     make_user(username="alice", password="alice-pass-123")
 
     page.goto(live_site.url + "/")
-    assert page.get_by_test_id("offline-demo-notice").is_visible()
+    expect(page.get_by_test_id("offline-demo-notice")).to_be_visible()
     # The stylesheet was served and applied (a calm, non-default background).
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(247, 247, 245)"
@@ -25,8 +26,8 @@ def test_a_visitor_sees_the_demo_notice_and_can_log_in(live_site: Any, page: Any
     page.get_by_label("Password").fill("alice-pass-123")
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(live_site.url + "/")
-    assert page.get_by_text("alice").first.is_visible()
-    assert page.get_by_text("No conversations yet.").is_visible()
+    expect(page.get_by_text("alice").first).to_be_visible()
+    expect(page.get_by_text("No conversations yet.")).to_be_visible()
 
 
 def test_an_admin_logs_into_django_admin(live_site: Any, page: Any) -> None:
@@ -36,5 +37,5 @@ def test_an_admin_logs_into_django_admin(live_site: Any, page: Any) -> None:
     page.get_by_label("Username").fill("boss")
     page.get_by_label("Password").fill("boss-pass-123")
     page.get_by_role("button", name="Log in").click()
-    assert page.get_by_role("link", name="Conversations").first.is_visible()
-    assert page.get_by_test_id("offline-demo-notice").is_visible()
+    expect(page.get_by_role("link", name="Conversations").first).to_be_visible()
+    expect(page.get_by_test_id("offline-demo-notice")).to_be_visible()

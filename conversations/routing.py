@@ -1,0 +1,7 @@
+"""Websocket routes of the chat pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+websocket_urlpatterns: list[Any] = []
