@@ -1,22 +1,19 @@
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
 from agentsite import agents
+from agentsite.permissions import is_reviewer
 
 
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    conversations = []
+    """Reviewers go to their inbox, everyone else to their chats; visitors see what this is."""
     if request.user.is_authenticated:
-        conversations = list(request.user.conversations.order_by("-updated")[:10])
-    return render(
-        request,
-        "conversations/home.html",
-        {"conversations": conversations, "agent_names": agents.agent_names()},
-    )
+        return redirect("inbox" if is_reviewer(request.user) else "chats")
+    return render(request, "conversations/home.html", {"agent_names": agents.agent_names()})
 
 
 def chats(request: HttpRequest) -> HttpResponse:
