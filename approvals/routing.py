@@ -4,4 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from django.urls import path
+
+from approvals.consumers import InboxConsumer
+
+websocket_urlpatterns: list[Any] = [
+    path("ws/inbox/", InboxConsumer.as_asgi()),
+]

@@ -1,7 +1,471 @@
+"""The reviewers' inbox: pending tool calls, one request with its conversation, the history.
+
+Every decision is a CSRF-protected POST through `runs.decide`, never a websocket message; the
+socket only pushes hints (see `consumers.py`). Every page works without JavaScript: htmx
+swaps fragments when it runs, plain forms redirect with a message when it does not.
+"""
+
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+import json
+from collections.abc import Callable, Iterable
+from functools import wraps
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django import forms
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import Permission
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.middleware import HtmxDetails
+
+from agentsite import runs
+from agentsite.permissions import DECIDE_PERMISSION, is_reviewer
+from approvals.forms import (
+    BulkDecisionForm,
+    DecisionForm,
+    HistoryFilterForm,
+    InboxFilterForm,
+)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
+from conversations.session import open_session
+
+PENDING_LIMIT = 100
+HISTORY_PAGE_SIZE = 50
+TRANSCRIPT_ITEMS = 60
+OUTPUT_PREVIEW_CHARS = 600
 
 
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+# --- queries, shared with the consumer ------------------------------------------------------
+
+
+def open_requests() -> QuerySet[ApprovalRequest]:
+    """Requests a reviewer can still decide: pending and not past their expiry."""
+    return ApprovalRequest.objects.pending().filter(expires_at__gt=timezone.now())
+
+
+def with_people(requests: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
+    """Everything a row shows, in the same query: who asked, who decided."""
+    return requests.select_related("run__requested_by", "run__conversation__owner", "decided_by")
+
+
+def pending_count() -> int:
+    return open_requests().count()
+
+
+def inbox_url(query: str = "") -> str:
+    return reverse("inbox") + (f"?{query}" if query else "")
+
+
+def filter_query(form: InboxFilterForm) -> str:
+    """The form's non-empty values as a query string, for links and the socket."""
+    data = getattr(form, "cleaned_data", {})
+    return urlencode(
+        {name: data[name] for name in ("agent", "tool") if data.get(name)},
+    )
+
+
+def render_row(approval: ApprovalRequest, **context: Any) -> str:
+    """One row of the pending list, in whatever state the request is now, for a push.
+
+    A pushed row has no CSRF token field: its forms post through htmx, which sends the page's
+    token in a header (`hx-headers` on <body>).
+    """
+    return render_to_string(
+        "approvals/_approval_row.html", {"approval": approval, **context}, request=None
+    )
+
+
+# --- access ---------------------------------------------------------------------------------
+
+
+def reviewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """403 for a signed-in user who may not decide tool calls (stack under login_required)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not is_reviewer(request.user):
+            raise PermissionDenied("Only reviewers can open the inbox.")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _get_request_for_reviewer(request: HttpRequest, pk: int) -> ApprovalRequest:
+    """The request `pk` with the people it shows; 404 if there is none. Every reviewer sees
+    every request, so the access check is the view's `reviewer_required`."""
+    return get_object_or_404(with_people(ApprovalRequest.objects.all()), pk=pk)
+
+
+def _errors_text(form: forms.Form) -> str:
+    return " ".join(str(error) for errors in form.errors.values() for error in errors)
+
+
+def _safe_next(request: HttpRequest, value: str | None, default: str) -> str:
+    if value and url_has_allowed_host_and_scheme(
+        value, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return value
+    return default
+
+
+# --- the pending list -----------------------------------------------------------------------
+
+
+def _pending_rows(form: InboxFilterForm) -> list[ApprovalRequest]:
+    rows = with_people(open_requests().filter(form.request_filter())).order_by("-created", "-pk")
+    return list(rows[:PENDING_LIMIT])
+
+
+def _filter_choices(form: InboxFilterForm, requests: QuerySet[ApprovalRequest]) -> dict[str, Any]:
+    pairs = set(requests.order_by().values_list("agent_name", "tool_name").distinct())
+    data = getattr(form, "cleaned_data", {}) or {}
+    agents = {agent for agent, _ in pairs} | ({data["agent"]} if data.get("agent") else set())
+    tools = {tool for _, tool in pairs} | ({data["tool"]} if data.get("tool") else set())
+    return {"agent_choices": sorted(agents), "tool_choices": sorted(tools)}
+
+
+@require_GET
+@login_required
+@reviewer_required
 def inbox(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("The inbox is being built.")
+    """The pending requests, newest first, live (see `consumers.InboxConsumer`)."""
+    form = InboxFilterForm(request.GET)
+    valid = form.is_valid()
+    rows = _pending_rows(form) if valid else []
+    query = filter_query(form) if valid else ""
+    count = pending_count()
+    context = {
+        "form": form,
+        "rows": rows,
+        "pending_count": count,
+        "more": valid and len(rows) == PENDING_LIMIT,
+        "query": query,
+        "back": inbox_url(query),
+        # A page with a broken filter shows no rows, so its socket brings none either.
+        "socket_query": urlencode({"show": "pending" if valid else "count"})
+        + (f"&{query}" if query else ""),
+        "tab": "pending",
+        **_filter_choices(form, open_requests()),
+    }
+    return render(request, "approvals/inbox.html", context, status=200 if valid else 400)
+
+
+@require_GET
+@login_required
+@reviewer_required
+def inbox_rows(request: HttpRequest) -> HttpResponse:
+    """The pending rows alone, re-read whenever the page's socket (re)connects."""
+    form = InboxFilterForm(request.GET)
+    if not form.is_valid():
+        return HttpResponse("That filter is not valid.", status=400)
+    query = filter_query(form)
+    context = {
+        "rows": _pending_rows(form),
+        "pending_count": pending_count(),
+        "back": inbox_url(query),
+    }
+    return render(request, "approvals/_rows.html", context)
+
+
+# --- one request ----------------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            str(part.get("text") or part.get("refusal") or "")
+            for part in content
+            if isinstance(part, dict)
+        ]
+        return "\n".join(part for part in parts if part)
+    return ""
+
+
+def _call_text(name: str, arguments: Any) -> str:
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return f"{name}({arguments})"
+    if isinstance(parsed, dict):
+        args = ", ".join(
+            f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in parsed.items()
+        )
+        return f"{name}({args})"
+    return f"{name}({json.dumps(parsed, ensure_ascii=False)})"
+
+
+def transcript(items: Iterable[Any], call_id: str) -> list[dict[str, Any]]:
+    """Session items as lines a reviewer reads: who said what, which tool was called.
+
+    Text is returned raw; the template escapes it.
+    """
+    lines: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        role = item.get("role")
+        if kind == "function_call":
+            name = str(item.get("name") or "tool")
+            names[str(item.get("call_id") or "")] = name
+            lines.append(
+                {
+                    "kind": "call",
+                    "text": _call_text(name, item.get("arguments")),
+                    "current": item.get("call_id") == call_id,
+                }
+            )
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _text_of(output) or json.dumps(output)
+            lines.append(
+                {
+                    "kind": "output",
+                    "name": names.get(str(item.get("call_id") or ""), "tool"),
+                    "text": text[:OUTPUT_PREVIEW_CHARS],
+                    "truncated": len(text) > OUTPUT_PREVIEW_CHARS,
+                }
+            )
+        elif role in ("user", "assistant") and (kind in (None, "message")):
+            text = _text_of(item.get("content"))
+            if text:
+                lines.append({"kind": role, "text": text})
+    return lines
+
+
+def _latest_decision(approval: ApprovalRequest) -> ApprovalDecision | None:
+    return approval.decisions.select_related("reviewer").order_by("-created", "-pk").first()
+
+
+def panel_context(approval: ApprovalRequest, form: DecisionForm | None = None) -> dict[str, Any]:
+    """What `_decision_panel.html` needs, for the page, a decision and a push alike."""
+    decision = None if approval.is_pending else _latest_decision(approval)
+    next_request = None
+    if not approval.is_pending:
+        next_request = open_requests().exclude(pk=approval.pk).order_by("-created", "-pk").first()
+    return {
+        "approval": approval,
+        "decision": decision,
+        "decision_form": form or DecisionForm(initial={"seen_hash": approval.arguments_hash}),
+        "next_request": next_request,
+        "expired": approval.is_pending and approval.expires_at <= timezone.now(),
+    }
+
+
+def _detail_context(approval: ApprovalRequest, form: DecisionForm | None = None) -> dict[str, Any]:
+    conversation = approval.run.conversation
+    session = open_session(conversation.session_id)
+    items = async_to_sync(session.get_items)(TRANSCRIPT_ITEMS + 1)
+    return {
+        **panel_context(approval, form),
+        "conversation": conversation,
+        "lines": transcript(items[-TRANSCRIPT_ITEMS:], approval.call_id),
+        "earlier": len(items) > TRANSCRIPT_ITEMS,
+        "pending_count": pending_count(),
+        "socket_query": urlencode({"show": "request", "request": str(approval.pk)}),
+        "tab": "pending",
+    }
+
+
+@require_GET
+@login_required
+@reviewer_required
+def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One request: the conversation so far, the full arguments, and the decision."""
+    approval = _get_request_for_reviewer(request, pk)
+    return render(request, "approvals/request_detail.html", _detail_context(approval))
+
+
+# --- deciding -------------------------------------------------------------------------------
+
+
+def _decided_message(approval: ApprovalRequest, approve: bool, always: bool) -> str:
+    verb = "Approved" if approve else "Rejected"
+    suffix = " for the rest of this run" if always else ""
+    return f"{verb} {approval.call_display()}{suffix}."
+
+
+@require_POST
+@login_required
+@reviewer_required
+def decide(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Approve, approve always (this run), or reject one request."""
+    approval = _get_request_for_reviewer(request, pk)
+    form = DecisionForm(request.POST)
+    in_row = bool(request.htmx) and request.htmx.target == f"request-{pk}"
+    detail_url = reverse("inbox_request", args=[pk])
+    if not form.is_valid():
+        if request.htmx:
+            # htmx swaps only 2xx answers; the reviewer must see what to fix.
+            return _decision_fragment(request, approval, in_row, form=form)
+        context = _detail_context(approval, form)
+        return render(request, "approvals/request_detail.html", context, status=400)
+
+    try:
+        runs.decide(
+            approval,
+            request.user,
+            form.approve,
+            message=form.cleaned_data["message"],
+            always=form.always,
+            seen_hash=form.cleaned_data["seen_hash"],
+        )
+    except runs.DecisionRefused as refusal:
+        notice, ok = str(refusal), False
+    else:
+        notice, ok = _decided_message(approval, form.approve, form.always), True
+
+    if request.htmx:
+        approval = _get_request_for_reviewer(request, pk)
+        return _decision_fragment(request, approval, in_row, notice=notice, ok=ok)
+    if ok:
+        messages.success(request, notice)
+        return HttpResponseRedirect(_safe_next(request, form.cleaned_data["next"], inbox_url()))
+    messages.warning(request, notice)
+    return HttpResponseRedirect(detail_url)
+
+
+def _decision_fragment(
+    request: HtmxHttpRequest,
+    approval: ApprovalRequest,
+    in_row: bool,
+    *,
+    form: DecisionForm | None = None,
+    notice: str = "",
+    ok: bool = True,
+) -> HttpResponse:
+    context: dict[str, Any] = {"notice": notice, "ok": ok, "pending_count": pending_count()}
+    if in_row:
+        if form is not None:
+            context.update(notice=_errors_text(form), ok=False)
+        context.update(approval=approval, back=inbox_url())
+        return render(request, "approvals/_row_response.html", context)
+    context.update(panel_context(approval, form))
+    return render(request, "approvals/_panel_response.html", context)
+
+
+@require_POST
+@login_required
+@reviewer_required
+def bulk_decide(request: HtmxHttpRequest) -> HttpResponse:
+    """Approve or reject the selected requests, each through `runs.decide`."""
+    form = BulkDecisionForm(request.POST)
+    back = _safe_next(request, request.POST.get("next"), inbox_url())
+    if not form.is_valid():
+        errors = _errors_text(form)
+        if request.htmx:
+            context = {"outcomes": [], "summary": errors, "ok": False}
+            context["pending_count"] = pending_count()
+            return render(request, "approvals/_bulk_result.html", context)
+        messages.error(request, errors)
+        return HttpResponseRedirect(back)
+
+    ids: list[int] = form.cleaned_data["ids"]
+    found = {a.pk: a for a in ApprovalRequest.objects.filter(pk__in=ids)}
+    outcomes: list[dict[str, Any]] = []
+    decided = 0
+    for pk in ids:
+        approval = found.get(pk)
+        if approval is None:
+            outcomes.append({"pk": pk, "ok": False, "text": f"Request #{pk} does not exist."})
+            continue
+        try:
+            # No room for a message in a bulk decision: the agent is told the configured text.
+            runs.decide(approval, request.user, form.approve, seen_hash=form.seen_hash(pk))
+        except runs.DecisionRefused as refusal:
+            text = f"{approval.call_display()}: {refusal}"
+            outcomes.append({"pk": pk, "ok": False, "text": text})
+        else:
+            decided += 1
+            outcomes.append({"pk": pk, "ok": True, "text": approval.call_display()})
+    verb = "Approved" if form.approve else "Rejected"
+    summary = f"{verb} {decided} request{'' if decided == 1 else 's'}."
+    refused = [o for o in outcomes if not o["ok"]]
+    if refused:
+        summary += f" {len(refused)} could not be decided."
+
+    if request.htmx:
+        rows = with_people(ApprovalRequest.objects.filter(pk__in=list(found)))
+        by_pk = {row.pk: row for row in rows}
+        for outcome in outcomes:
+            outcome["approval"] = by_pk.get(outcome["pk"])
+        context = {
+            "outcomes": outcomes,
+            "summary": summary,
+            "ok": not refused,
+            "pending_count": pending_count(),
+            "back": back,
+        }
+        return render(request, "approvals/_bulk_result.html", context)
+    if decided:
+        messages.success(request, summary)
+    for outcome in refused:
+        messages.warning(request, outcome["text"])
+    return HttpResponseRedirect(back)
+
+
+# --- history --------------------------------------------------------------------------------
+
+
+def _reviewer_names() -> list[str]:
+    permission = Permission.objects.filter(
+        content_type__app_label=DECIDE_PERMISSION.split(".")[0],
+        codename=DECIDE_PERMISSION.split(".")[1],
+    )
+    users = get_user_model().objects.filter(
+        Q(is_superuser=True)
+        | Q(user_permissions__in=permission)
+        | Q(groups__permissions__in=permission)
+    )
+    return list(users.order_by("username").values_list("username", flat=True).distinct()[:500])
+
+
+@require_GET
+@login_required
+@reviewer_required
+def history(request: HttpRequest) -> HttpResponse:
+    """Every decision, newest first: the audit, read from `ApprovalDecision` rows."""
+    form = HistoryFilterForm(request.GET)
+    valid = form.is_valid()
+    decisions = ApprovalDecision.objects.select_related("request", "reviewer").order_by(
+        "-created", "-pk"
+    )
+    decisions = decisions.filter(form.decision_filter()) if valid else decisions.none()
+    page = Paginator(decisions, HISTORY_PAGE_SIZE).get_page(
+        form.cleaned_data.get("page") if valid else 1
+    )
+    choices = _filter_choices(form, ApprovalRequest.objects.exclude(status=ApprovalStatus.PENDING))
+    reviewers = _reviewer_names()
+    chosen = form.cleaned_data.get("reviewer") if valid else None
+    if chosen and chosen not in reviewers:
+        reviewers.append(chosen)
+    context = {
+        "form": form,
+        "page": page,
+        "pending_count": pending_count(),
+        "reviewer_choices": reviewers,
+        "decision_choices": HistoryFilterForm.DECISIONS[1:],
+        "socket_query": urlencode({"show": "count"}),
+        "tab": "history",
+        **choices,
+    }
+    return render(request, "approvals/history.html", context, status=200 if valid else 400)

@@ -1,0 +1,333 @@
+"""The reviewers' inbox in a real Chromium, against a real daphne server.
+
+Pending requests are made by pausing runs of the demo agent in this process (its executor
+stubbed): committed rows the server reads. Decisions are POSTed to the server, which resumes
+the runs and publishes on its own channel layer, so what a second reviewer sees change is a
+real push. A push about a NEW request must come from the server too: one test starts a
+server whose sweep picks up a run queued here, the way it recovers a lost job, so the run
+executes and pauses in the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from django.db import connections
+from playwright.sync_api import expect
+
+from agentsite import runs
+from agentsite.demo.models import Order
+from agentsite.demo.seed import seed_orders
+from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from conversations.models import SessionItem
+from tests.browser import log_in
+from tests.factories import make_conversation, make_user
+from tests.live import start_site, stop_site
+from tests.live import test_database_url as current_database_url
+from tests.test_inbox import XSS, make_request, make_reviewer, make_run
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+PASSWORD = "pass-for-tests"
+T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+def demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo shop's orders, and runs started here that pause without running on."""
+    seed_orders()
+    monkeypatch.setattr("agentsite.executor.submit", lambda job, run_id: None)
+
+
+def in_thread(work: Callable[[], T]) -> T:
+    """Run `work` in a thread of its own: Playwright keeps an event loop running in the
+    test's thread, where neither `asyncio.run` nor `async_to_sync` may run."""
+
+    def wrapped() -> T:
+        try:
+            return work()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(wrapped).result(timeout=30)
+
+
+def pause(text: str, owner: Any) -> ApprovalRequest:
+    """Run the demo agent on `text` until it asks for approval; its one request."""
+
+    def work() -> int:
+        conversation = make_conversation(owner=owner, agent_name="support", title=text)
+        run = runs.start_run(conversation, text, owner)
+        asyncio.run(runs.execute(run.pk))
+        return run.pk
+
+    return ApprovalRequest.objects.get(run_id=in_thread(work))
+
+
+def wait_for_run(run_id: int, status: str, within: float = 15) -> AgentRun:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        run = AgentRun.objects.get(pk=run_id)
+        if run.status == status:
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} is {run.status}, not {status}: {run.error}")
+
+
+@pytest.fixture
+def sweeping_site(django_db_blocker: Any, live_site: Any, tmp_path_factory: Any) -> Any:
+    """A server that sweeps every second and takes over any run queued for a second."""
+    with django_db_blocker.unblock():
+        database_url = current_database_url()
+    site = start_site(
+        database_url,
+        tmp_path_factory.mktemp("sweeping") / "daphne.log",
+        {"AGENTSITE_SWEEP_SECONDS": "1", "AGENTSITE_STUCK_RUN_TIMEOUT": "1"},
+    )
+    yield site
+    stop_site(site)
+
+
+def open_inbox(page: Any, live_site: Any, username: str, then: str = "/inbox/") -> None:
+    log_in(page, live_site, username, PASSWORD, then=then)
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+
+
+def test_an_approval_leaves_both_reviewers_inboxes_at_once(
+    live_site: Any, page: Any, browser: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    make_reviewer("bob", PASSWORD)
+    first = pause("cancel order 42", alice)
+    second = pause("cancel order 23", alice)
+
+    open_inbox(page, live_site, "rita")
+    rows = page.locator("#pending-rows > li.row-pending")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_have_id(f"request-{second.pk}")  # newest first
+    expect(page).to_have_title("(2) Inbox · agentsite")
+
+    other = browser.new_context(viewport={"width": 1280, "height": 860})
+    bobs = other.new_page()
+    bobs.set_default_timeout(10_000)
+    open_inbox(bobs, live_site, "bob")
+    expect(bobs.locator("#pending-rows > li.row-pending")).to_have_count(2)
+
+    row = page.locator(f"#request-{first.pk}")
+    expect(row).to_contain_text("asked by alice")
+    row.get_by_role("button", name="Approve", exact=True).click()
+
+    expect(row).to_have_class(re.compile(r"\brow-decided\b"))
+    expect(row).to_contain_text("Approved")
+    expect(row).to_contain_text("by rita")
+    expect(page.locator("#pending-count")).to_have_text("1 pending")
+    expect(page).to_have_title("(1) Inbox · agentsite")
+
+    # Bob did nothing: the server's push took the request out of his list.
+    bobs_row = bobs.locator(f"#request-{first.pk}")
+    expect(bobs_row).to_contain_text("by rita", timeout=2_000)
+    expect(bobs_row.get_by_role("button")).to_have_count(0)
+    expect(bobs.locator("#pending-rows > li.row-pending")).to_have_count(1, timeout=2_000)
+    expect(bobs).to_have_title("(1) Inbox · agentsite", timeout=2_000)
+
+    # And the server resumed the run: the order is cancelled.
+    wait_for_run(first.run_id, RunStatus.COMPLETED)
+    assert Order.objects.get(number=42).status == "cancelled"
+    assert Order.objects.get(number=23).status == "placed"
+    other.close()
+
+
+def test_a_new_request_appears_in_the_open_inbox_without_a_reload(
+    sweeping_site: Any, page: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    open_inbox(page, sweeping_site, "rita")
+    expect(page.get_by_text("All caught up.")).to_be_visible()
+    page.evaluate("window.notReloaded = true")
+
+    conversation = make_conversation(owner=alice, agent_name="support")
+    run = in_thread(lambda: runs.start_run(conversation, "cancel order 42", alice))
+    deadline = time.monotonic() + 15
+    while not (request := ApprovalRequest.objects.filter(run=run).first()):
+        assert time.monotonic() < deadline, AgentRun.objects.get(pk=run.pk).status
+        time.sleep(0.05)
+
+    # Paused in the server, which pushed the row: on the page within a second of the commit.
+    row = page.locator(f"#request-{request.pk}")
+    expect(row).to_be_visible(timeout=1_000)
+    expect(row).to_contain_text("cancel_order")
+    expect(row).to_contain_text("asked by alice")
+    expect(page.locator("#pending-count")).to_have_text("1 pending")
+    expect(page).to_have_title("(1) Inbox · agentsite")
+    expect(page.get_by_text("All caught up.")).to_be_hidden()
+    assert page.evaluate("window.notReloaded") is True
+
+    # The pushed row works like any other.
+    row.get_by_role("button", name="Approve", exact=True).click()
+    expect(row).to_contain_text("by rita")
+    wait_for_run(run.pk, RunStatus.COMPLETED)
+
+
+def test_a_rejection_with_a_message_is_in_the_history(live_site: Any, page: Any) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    request = pause("cancel order 42", alice)
+
+    open_inbox(page, live_site, "rita", then=f"/inbox/{request.pk}/")
+    conversation = page.get_by_role("region", name="Conversation")
+    expect(conversation).to_contain_text("cancel order 42")
+    expect(conversation.locator(".line-call.is-current")).to_contain_text(
+        "cancel_order(order_id=42)"
+    )
+    expect(page.locator(".args-full")).to_contain_text('"order_id": 42')
+
+    page.get_by_label("Message").fill("Order 42 already left the warehouse; offer a return.")
+    page.get_by_role("button", name="Reject").click()
+
+    decision = page.get_by_role("region", name="Decision")
+    expect(decision).to_contain_text("Rejected")
+    expect(decision).to_contain_text("by rita")
+    expect(decision).to_contain_text("offer a return")
+    expect(page).to_have_title(re.compile(r"^cancel_order · Inbox"))  # nothing pending
+
+    page.get_by_role("link", name="History").click()
+    expect(page).to_have_url(re.compile(r"/inbox/history/$"))
+    history = page.locator("table.history tbody tr")
+    expect(history).to_have_count(1)
+    expect(history.first).to_contain_text("Rejected")
+    expect(history.first).to_contain_text("rita")
+    expect(history.first).to_contain_text("Order 42 already left the warehouse; offer a return.")
+    expect(history.first).to_contain_text("cancel_order(order_id=42)")
+
+    wait_for_run(request.run_id, RunStatus.COMPLETED)
+    assert Order.objects.get(number=42).status == "placed"
+
+
+def test_bulk_approve_decides_every_selected_request(live_site: Any, page: Any) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    requests = [
+        pause(text, alice) for text in ("cancel order 42", "cancel order 23", "cancel order 7")
+    ]
+
+    open_inbox(page, live_site, "rita")
+    expect(page.locator("#pending-rows > li.row-pending")).to_have_count(3)
+    approve_selected = page.get_by_role("button", name="Approve selected")
+    expect(approve_selected).to_be_disabled()
+
+    page.get_by_label("Select all").check()
+    expect(page.locator("[data-selected-count]")).to_have_text("3 selected")
+    approve_selected.click()
+
+    expect(page.locator("#flash")).to_contain_text("Approved 3 requests.")
+    expect(page.locator("#pending-rows > li.row-decided")).to_have_count(3)
+    expect(page.locator("#pending-count")).to_have_text("0 pending")
+    expect(page.get_by_text("All caught up.")).to_be_visible()
+    expect(page).to_have_title("Inbox · agentsite")
+    for request in requests:
+        wait_for_run(request.run_id, RunStatus.COMPLETED)
+
+
+def test_model_and_user_text_is_shown_as_text(live_site: Any, page: Any) -> None:
+    make_reviewer("rita", PASSWORD)
+    run = make_run(input=f"please {XSS}")
+    request = make_request(run=run, tool_name="send_email", arguments={"body": XSS, "to": XSS})
+    SessionItem.objects.create(
+        conversation=run.conversation, payload={"role": "user", "content": XSS}
+    )
+    dialogs: list[str] = []
+
+    def on_dialog(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+
+    open_inbox(page, live_site, "rita")
+    row = page.locator(f"#request-{request.pk}")
+    expect(row.locator("pre.args")).to_contain_text(f'"body": "{XSS}"')
+    expect(row).to_contain_text(f"please {XSS}")
+
+    page.goto(f"{live_site.url}/inbox/{request.pk}/")
+    expect(page.get_by_role("region", name="Conversation")).to_contain_text(XSS)
+    expect(page.locator(".args-full")).to_contain_text(XSS)
+    assert page.locator("script:not([src])").count() == 1  # the inbox's own helper only
+    assert dialogs == []
+
+
+def test_the_inbox_works_without_javascript(live_site: Any, browser: Any) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    request = pause("cancel order 42", alice)
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+
+    log_in(page, live_site, "rita", PASSWORD, then="/inbox/?tool=cancel_order")
+    page.locator(f"#request-{request.pk}").get_by_role("button", name="Approve").click()
+
+    expect(page).to_have_url(re.compile(r"/inbox/\?tool=cancel_order$"))
+    expect(page.locator("#flash")).to_contain_text("Approved cancel_order(order_id=42).")
+    expect(page.get_by_text("Nothing pending for this filter.")).to_be_visible()
+
+    page.goto(f"{live_site.url}/inbox/{request.pk}/")
+    expect(page.get_by_role("region", name="Decision")).to_contain_text("Approved")
+    context.close()
+
+
+def test_screenshots_of_the_inbox(live_site: Any, page: Any, browser: Any) -> None:
+    """docs/screenshots/: the inbox on a laptop and on a phone, and one request."""
+    alice = make_user(username="alice")
+    chen = make_user(username="chen.wei")
+    make_reviewer("rita", PASSWORD)
+    pause("email chen.wei@example.com about my refund", chen)
+    pause("research refund policy", alice)
+    pause("refund 80 on order 7", chen)
+    request = pause("cancel order 42", alice)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    open_inbox(page, live_site, "rita")
+    expect(page.locator("#pending-rows > li.row-pending")).to_have_count(4)
+    page.locator(f"#request-{request.pk}").get_by_role("checkbox").check()
+    page.screenshot(path=str(SCREENSHOTS / "inbox.png"))
+
+    page.goto(f"{live_site.url}/inbox/{request.pk}/")
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+    page.screenshot(path=str(SCREENSHOTS / "inbox-request.png"))
+
+    phone = browser.new_context(
+        viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True
+    )
+    phone_page = phone.new_page()
+    phone_page.set_default_timeout(10_000)
+    open_inbox(phone_page, live_site, "rita")
+    expect(phone_page.locator("#pending-rows > li.row-pending")).to_have_count(4)
+    width = phone_page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the page scrolls sideways on a phone ({width}px)"
+    phone_page.screenshot(path=str(SCREENSHOTS / "inbox-phone.png"))
+    phone.close()
+
+    ravi = make_reviewer("ravi", PASSWORD)
+
+    def decide_the_others() -> None:
+        for other in ApprovalRequest.objects.exclude(pk=request.pk):
+            approve = other.tool_name != "issue_refund"
+            message = "" if approve else "Over the limit for order 7; refund 50 and escalate."
+            always = other.tool_name == "send_email"
+            runs.decide(other, ravi, approve, message=message, always=always)
+
+    in_thread(decide_the_others)
+    page.goto(f"{live_site.url}/inbox/history/")
+    expect(page.locator("table.history tbody tr")).to_have_count(3)
+    page.screenshot(path=str(SCREENSHOTS / "inbox-history.png"))
