@@ -52,6 +52,7 @@ from approvals.models import (
 )
 from conversations.models import Conversation
 from conversations.session import open_session
+from tracing import recording
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +172,7 @@ def _run_config(run: AgentRun, agent: Agent[Any]) -> Any:
         "workflow_name": f"agentsite: {agent.name}",
         "group_id": run.conversation.session_id,
         "trace_metadata": {"run_id": str(run.pk), "agent": run.agent_name},
+        "trace_include_sensitive_data": settings.AGENTSITE_TRACE_SENSITIVE_DATA,
     }
     if run.trace_id:
         options["trace_id"] = run.trace_id
@@ -263,6 +265,7 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
     if not saved:
         logger.warning("Run %s finished but was no longer running; its result was dropped.", run.pk)
         return _Outcome()
+    recording.follow_run(run.pk)
     return _Outcome(
         events=[
             events.RunUpdated(
@@ -356,6 +359,7 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                 usage=_usage(result),
                 updated=now,
             )
+            recording.follow_run(run.pk)
     except IntegrityError as exc:
         # The model reused a call id of this run: its calls could no longer be told apart.
         _fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)
@@ -443,6 +447,7 @@ def _fail_sync(
             ApprovalRequest.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
                 status=ApprovalStatus.CANCELLED
             )
+            recording.follow_run(run_id)
     return bool(failed)
 
 
@@ -631,6 +636,9 @@ def _decide(
             arguments_hash=seen_hash or current.arguments_hash,
         )
         claimed = _claim_for_resume(run, current.pause)
+        # In this transaction: the trace shows the decision exactly when the audit does.
+        recording.record_decision(current, decision, status, run)
+        recording.follow_run(run.pk)
         decided = events.ApprovalDecided(
             request_id=request_id,
             run_id=run.pk,

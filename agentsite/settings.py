@@ -34,11 +34,28 @@ def env_int(name: str, default: int) -> int:
     return int(value)
 
 
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return float(value)
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     value = os.environ.get(name)
     if value is None or value.strip() == "":
         return default
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def env_json_list(name: str, default: list[str]) -> list[str]:
+    """A list given either as a JSON array (for items that contain commas) or comma-separated."""
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    if value.strip().startswith("["):
+        return [str(item) for item in json.loads(value)]
+    return env_list(name, default)
 
 
 def env_mapping(name: str, default: dict[str, str]) -> dict[str, str]:
@@ -220,6 +237,22 @@ AGENTSITE_STUCK_RUN_TIMEOUT = env_int("AGENTSITE_STUCK_RUN_TIMEOUT", 15 * 60)
 # `manage.py expire_approvals` and `manage.py recover_runs` from cron).
 AGENTSITE_SWEEP_SECONDS = env_int("AGENTSITE_SWEEP_SECONDS", 60)
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+
+# --- Tracing -------------------------------------------------------------------------------
+# Store every run's trace in the database (beside OpenAI's dashboard when OPENAI_API_KEY is set).
+AGENTSITE_TRACING = env_bool("AGENTSITE_TRACING", True)
+# Seconds between the trace processor's exports; spans reach the database this much later.
+AGENTSITE_TRACE_BATCH_DELAY = env_float("AGENTSITE_TRACE_BATCH_DELAY", 1.0)
+# Spans held in memory waiting for export; beyond this the SDK drops spans (and logs it).
+AGENTSITE_TRACE_QUEUE_SIZE = env_int("AGENTSITE_TRACE_QUEUE_SIZE", 16384)
+# Mask emails, phone numbers, card numbers, IBANs and secrets before anything is stored.
+AGENTSITE_TRACE_REDACTION = env_bool("AGENTSITE_TRACE_REDACTION", True)
+# More regexes to mask, comma-separated or a JSON list; each match becomes "[redacted]".
+AGENTSITE_TRACE_REDACT_PATTERNS = env_json_list("AGENTSITE_TRACE_REDACT_PATTERNS", [])
+# Record model and tool inputs and outputs in spans (the SDK's trace_include_sensitive_data).
+AGENTSITE_TRACE_SENSITIVE_DATA = env_bool("AGENTSITE_TRACE_SENSITIVE_DATA", True)
+# `manage.py prune_traces` deletes traces older than this many days.
+AGENTSITE_TRACE_RETENTION_DAYS = env_int("AGENTSITE_TRACE_RETENTION_DAYS", 30)
 
 # One handler, on the root logger: every app logger (and daphne's) propagates to it once.
 LOGGING = {

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from agents.tracing import TracingProcessor
+
+if TYPE_CHECKING:
+    from agents.tracing.processors import BatchTraceProcessor
+
+    from tracing.exporter import DatabaseExporter
 
 
 class RealModelCalled(AssertionError):
@@ -36,10 +44,61 @@ def no_real_models(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def no_trace_upload() -> None:
-    """Nothing in a test run is uploaded to OpenAI's trace dashboard."""
+    """Tests trace nothing by default: nothing is uploaded to OpenAI's trace dashboard, and the
+    database processor `TracingConfig.ready()` installed is removed, so no background thread
+    writes traces into another test's database. A test that wants traces asks for `traces`."""
     from agents import set_trace_processors
 
     set_trace_processors([])
+
+
+class SpanRecorder(TracingProcessor):
+    """A second processor beside ours: what the SDK itself emitted, as exported dicts."""
+
+    def __init__(self) -> None:
+        self.traces: list[dict[str, Any]] = []
+        self.spans: list[dict[str, Any]] = []
+
+    def on_trace_start(self, trace: Any) -> None:
+        self.traces.append(trace.export())
+
+    def on_span_end(self, span: Any) -> None:
+        self.spans.append(span.export())
+
+    def on_trace_end(self, trace: Any) -> None: ...
+    def on_span_start(self, span: Any) -> None: ...
+    def shutdown(self) -> None: ...
+    def force_flush(self) -> None: ...
+
+
+@dataclass
+class Traces:
+    processor: BatchTraceProcessor
+    exporter: DatabaseExporter
+    sdk: SpanRecorder
+
+    def flush(self) -> None:
+        """Store everything queued so far, now, on this thread."""
+        self.processor.force_flush()
+
+
+@pytest.fixture
+def traces(settings: Any) -> Iterator[Traces]:
+    """Runs in this test are stored by the database processor, as in production (flush with
+    `traces.flush()`), and recorded as the SDK emitted them (`traces.sdk`). Needs the
+    database, with `transaction=True` when agents run (their tools use other threads)."""
+    from agents import set_trace_processors
+
+    from tracing.exporter import DatabaseExporter, make_processor
+
+    settings.AGENTSITE_TRACE_BATCH_DELAY = 3600.0  # stored when the test flushes, not before
+    exporter = DatabaseExporter()
+    processor = make_processor(exporter)
+    recorder = SpanRecorder()
+    set_trace_processors([processor, recorder])
+    yield Traces(processor=processor, exporter=exporter, sdk=recorder)
+    set_trace_processors([])
+    processor.shutdown()  # stores what is left while this test's database still exists
 
 
 @pytest.fixture(autouse=True)

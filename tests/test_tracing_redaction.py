@@ -1,0 +1,188 @@
+"""Masking before storage: each kind of personal data and secret, and what must stay readable."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tracing.redaction import clean, iban_valid, luhn_valid, mask_text
+
+VISA = "4111 1111 1111 1111"
+MASTERCARD = "5555-5555-5555-4444"
+AMEX = "378282246310005"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("write to jane.doe+shop@example.co.uk today", "write to [email] today"),
+        ("call +1 415 555 2671 now", "call [phone] now"),
+        ("call +44 20 7946 0958", "call [phone]"),
+        ("call +33 1 42 68 53 00.", "call [phone]."),
+        ("E.164: +14155552671", "E.164: [phone]"),
+        ("call (415) 555-2671", "call [phone]"),
+        ("call 415-555-2671 or 415.555.2671", "call [phone] or [phone]"),
+        ("call 1-800-555-0199", "call [phone]"),
+        (f"card {VISA} exp 12/29", "card [card] exp 12/29"),
+        (f"card {MASTERCARD}", "card [card]"),
+        (f"amex {AMEX}.", "amex [card]."),
+        ("IBAN DE89 3704 0044 0532 0130 00 please", "IBAN [iban] please"),
+        ("iban GB82WEST12345698765432", "iban [iban]"),
+        ("key sk-proj-abcdefghijklmnopqrstuvwxyz0123", "key [secret]"),
+        ("key sk-abcdefghijklmnopqrstuvwx", "key [secret]"),
+        (
+            "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
+            "Authorization: Bearer [secret]",
+        ),
+        (
+            "https://api.example.com/x?api_key=abcd1234efgh5678&q=1",
+            "https://api.example.com/x?api_key=[secret]&q=1",
+        ),
+        ("token=ghijklmnopqrstu", "token=[secret]"),
+        ('{"password": "hunter2hunter2"} in text', '{"password": "[secret]"} in text'),
+        ("github ghp_abcdefghijklmnopqrstuvwxyz0123456789", "github [secret]"),
+    ],
+)
+def test_it_masks_each_kind(text: str, expected: str) -> None:
+    assert mask_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "where is order 42",
+        "order #1234567 shipped",
+        "refund 120.00 on order 7",
+        "total $1,234.56",
+        "2026-11-30T16:59:51.326814+00:00",
+        "started 2026-11-30 16:59:51, ended 2026-11-30 17:01:02",
+        "4111 1111 1111 1112",  # fails the Luhn check
+        "1234567890123",  # 13 digits, fails the Luhn check
+        "DE89 3704 0044 0532 0130 02",  # fails the mod-97 check (and Luhn)
+        "span_62654f5249c5475f823f03d3 trace_70626ac8e60b4b09a90d22b8739a0628",
+        "call_4bf54cf6c0ce499db8404c024e491586",
+        "version 0.24.0, 3 requests, 54 tokens, total_tokens=54, max_tokens: 4096",
+        "room 101, floor 3, +2 more",
+        "ids 12345678 and 87654321",
+        "sk-short",
+    ],
+)
+def test_it_leaves_ordinary_numbers_and_ids_alone(text: str) -> None:
+    assert mask_text(text) == text
+
+
+def test_the_checks_are_the_real_ones() -> None:
+    assert luhn_valid("4111111111111111")
+    assert not luhn_valid("4111111111111112")
+    assert iban_valid("DE89 3704 0044 0532 0130 00")
+    assert not iban_valid("DE89 3704 0044 0532 0130 02")
+
+
+def test_it_masks_every_string_of_a_nested_value_and_json_inside_strings() -> None:
+    span_data = {
+        "type": "function",
+        "name": "lookup_customer",
+        "input": json.dumps({"email": "jane@example.com", "order_id": 42}),
+        "output": [{"text": f"Jane pays with {VISA}", "amount": "120.00"}],
+        "nested": {"deeper": ["+44 20 7946 0958", 7, 3.5, None, True]},
+        "api_key": "anything-at-all",
+        "total_tokens": 54,
+    }
+
+    cleaned = clean(span_data)
+
+    assert json.loads(cleaned["input"]) == {"email": "[email]", "order_id": 42}
+    assert cleaned["output"] == [{"text": "Jane pays with [card]", "amount": "120.00"}]
+    assert cleaned["nested"] == {"deeper": ["[phone]", 7, 3.5, None, True]}
+    assert cleaned["api_key"] == "[secret]"
+    assert cleaned["total_tokens"] == 54
+    assert cleaned["name"] == "lookup_customer"
+
+
+def test_it_leaves_json_strings_byte_for_byte_when_nothing_is_masked() -> None:
+    arguments = '{"order_id":42}'
+    assert clean({"input": arguments})["input"] == arguments
+
+
+def test_it_masks_a_card_number_sent_as_a_json_number() -> None:
+    assert clean({"card": 4111111111111111, "order": 42, "ts": 1733000000}) == {
+        "card": "[card]",
+        "order": 42,
+        "ts": 1733000000,
+    }
+
+
+def test_it_makes_any_value_storable() -> None:
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque jane@example.com"
+
+    value: dict[Any, Any] = {
+        1: float("nan"),
+        "set": {1},
+        "obj": Opaque(),
+        "nul": "a\x00b",
+        "surrogate": "x\ud800y",
+    }
+
+    cleaned = clean(value)
+
+    assert cleaned == {
+        "1": None,
+        "set": [1],
+        "obj": "opaque [email]",
+        "nul": "ab",
+        "surrogate": "x?y",
+    }
+    json.dumps(cleaned, allow_nan=False).encode("utf-8")
+
+
+def test_it_stores_as_is_when_masking_is_off(settings: Any) -> None:
+    settings.AGENTSITE_TRACE_REDACTION = False
+    assert clean({"text": "jane@example.com"}) == {"text": "jane@example.com"}
+
+
+def test_it_applies_the_custom_patterns_of_the_setting(settings: Any) -> None:
+    settings.AGENTSITE_TRACE_REDACT_PATTERNS = [
+        r"\bCUST-\d{4,}\b",
+        r"(?i)project (?:falcon|osprey)",
+    ]
+    assert mask_text("customer CUST-004211 asked about Project Falcon") == (
+        "customer [redacted] asked about [redacted]"
+    )
+    assert mask_text("order 42") == "order 42"
+
+
+def test_it_ignores_a_custom_pattern_that_is_not_a_regex_and_the_check_reports_it(
+    settings: Any,
+) -> None:
+    from tracing.apps import check_redact_patterns
+
+    settings.AGENTSITE_TRACE_REDACT_PATTERNS = ["(unclosed", r"secret-\d+"]
+    assert mask_text("secret-42 stays out") == "[redacted] stays out"
+    [error] = check_redact_patterns()
+    assert error.id == "tracing.E001"
+    assert "(unclosed" in error.msg
+
+
+def test_the_patterns_setting_reads_a_json_list_or_commas(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentsite.settings import env_json_list
+
+    monkeypatch.setenv("PATTERNS", r'["\\d{2,4}-x", "b"]')
+    assert env_json_list("PATTERNS", []) == [r"\d{2,4}-x", "b"]
+    monkeypatch.setenv("PATTERNS", "a+, b+")
+    assert env_json_list("PATTERNS", []) == ["a+", "b+"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a" * 100_000 + " 123", "1" * 100_000, "a." * 50_000 + "123", "+1" * 50_000, "a@" * 50_000],
+)
+def test_it_masks_long_strings_in_linear_time(text: str) -> None:
+    # An unbounded email pattern took a minute on each of these.
+    started = time.perf_counter()
+    mask_text(text)
+    assert time.perf_counter() - started < 2

@@ -1,0 +1,140 @@
+"""Traces and their spans, for staff: read-only, as the exporter and the engine stored them.
+
+Nothing is added or changed here (a saved form would overwrite what the exporter writes
+meanwhile); a trace may be deleted, with its spans, by staff allowed to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from approvals.admin import pretty_json
+from tracing.models import Span, Trace
+
+
+class NoEditAdminMixin:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"
+
+
+class SpanInline(NoEditAdminMixin, admin.TabularInline):
+    model = Span
+    fields = ("span_link", "span_type", "name", "parent_id", "started_at", "duration", "failed")
+    readonly_fields = fields
+    ordering = ["started_at", "pk"]
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="span")
+    def span_link(self, span: Span) -> SafeString:
+        url = reverse("admin:tracing_span_change", args=[span.pk])
+        return format_html('<a href="{}">{}</a>', url, span.span_id)
+
+    @admin.display(description="duration")
+    def duration(self, span: Span) -> str:
+        return _seconds(span.duration_seconds)
+
+    @admin.display(description="error", boolean=True)
+    def failed(self, span: Span) -> bool:
+        return span.error is not None
+
+
+@admin.register(Trace)
+class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "trace_id",
+        "workflow_name",
+        "status",
+        "started_at",
+        "duration",
+        "total_tokens",
+        "run_link",
+        "group_id",
+    ]
+    list_filter = ["status", "workflow_name"]
+    search_fields = ["=trace_id", "workflow_name", "=group_id"]
+    list_select_related = ["run"]
+    date_hierarchy = "started_at"
+    fields = readonly_fields = (
+        "trace_id",
+        "workflow_name",
+        "group_id",
+        "status",
+        "run_link",
+        "started_at",
+        "ended_at",
+        "duration",
+        "total_tokens",
+        "pretty_metadata",
+        "created",
+        "updated",
+    )
+    inlines = [SpanInline]
+
+    @admin.display(description="run")
+    def run_link(self, trace: Trace) -> SafeString | str:
+        if trace.run_id is None:
+            return "-"
+        url = reverse("admin:approvals_agentrun_change", args=[trace.run_id])
+        return format_html('<a href="{}">Run {}</a>', url, trace.run_id)
+
+    @admin.display(description="duration")
+    def duration(self, trace: Trace) -> str:
+        return _seconds(trace.duration_seconds)
+
+    @admin.display(description="metadata")
+    def pretty_metadata(self, trace: Trace) -> SafeString | str:
+        return pretty_json(trace.metadata)
+
+
+@admin.register(Span)
+class SpanAdmin(NoEditAdminMixin, admin.ModelAdmin):
+    list_display = ["span_id", "span_type", "name", "trace", "started_at", "duration"]
+    list_filter = ["span_type"]
+    list_select_related = ["trace"]
+    search_fields = ["=span_id", "=trace__trace_id", "name"]
+    fields = readonly_fields = (
+        "span_id",
+        "trace",
+        "parent_id",
+        "span_type",
+        "name",
+        "started_at",
+        "ended_at",
+        "duration",
+        "total_tokens",
+        "pretty_span_data",
+        "pretty_error",
+    )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a trace is deleted whole
+
+    @admin.display(description="duration")
+    def duration(self, span: Span) -> str:
+        return _seconds(span.duration_seconds)
+
+    @admin.display(description="span data")
+    def pretty_span_data(self, span: Span) -> SafeString | str:
+        return pretty_json(span.span_data)
+
+    @admin.display(description="error")
+    def pretty_error(self, span: Span) -> SafeString | str:
+        return pretty_json(span.error)

@@ -1,0 +1,413 @@
+"""The SDK's traces and spans, stored in the database.
+
+The SDK's own `BatchTraceProcessor` queues what the runs emit and hands it, in batches, from
+its own thread, to `DatabaseExporter.export`, which masks it (`tracing.redaction`) and writes
+each batch in one transaction with a bounded number of queries:
+
+- traces are upserted by trace id (workflow, group, metadata, run; never the status, which
+  the engine owns);
+- a span whose trace is unknown gets a placeholder trace row first: a resumed run's spans
+  arrive after its trace ended, and in another process the trace is not announced again;
+- spans are inserted in bulk, duplicates ignored;
+- the touched traces' start, end and token total are recomputed from their spans in one
+  UPDATE; a span with an error marks its trace as failed.
+
+`export` never raises and never runs on an event loop. `install()` registers the processor
+once, at startup (`TracingConfig.ready`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeGuard
+
+from agents.tracing import Span as SDKSpan
+from agents.tracing import Trace as SDKTrace
+from agents.tracing import add_trace_processor, get_trace_provider, set_trace_processors
+from agents.tracing.processor_interface import TracingExporter, TracingProcessor
+from agents.tracing.processors import BatchTraceProcessor, default_processor
+from django.conf import settings
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    models,
+    transaction,
+)
+from django.db.models import Max, Min, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from approvals.models import AgentRun
+from tracing import redaction
+from tracing.models import Span, Trace, TraceStatus
+
+logger = logging.getLogger(__name__)
+
+# Spans per export call. The SDK's default (128) costs a transaction per 128 spans; larger
+# batches store a burst several times faster and still keep a batch's memory small.
+MAX_BATCH_SIZE = 512
+
+# What `trace_include_sensitive_data=False` removes, per span type; the exporter removes it
+# again, because the SDK lets some through (a rejection message in a function span's output).
+SENSITIVE_FIELDS: dict[str, tuple[str, ...]] = {
+    "generation": ("input", "output"),
+    "function": ("input", "output"),
+    "transcription": ("input", "output"),
+    "speech": ("input", "output"),
+    "speech_group": ("input",),
+}
+
+
+@dataclass
+class ExportStats:
+    """What this exporter stored and lost since it started (failures are logged too)."""
+
+    batches: int = 0
+    traces: int = 0
+    spans: int = 0
+    failures: int = 0
+    dropped_items: int = 0
+
+
+@dataclass
+class _Batch:
+    traces: dict[str, Trace] = field(default_factory=dict)
+    run_ids: dict[str, int] = field(default_factory=dict)  # trace id -> metadata run_id
+    spans: dict[str, Span] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.traces) + len(self.spans)
+
+
+class DatabaseExporter(TracingExporter):
+    """Writes what `BatchTraceProcessor` hands it into `Trace` and `Span` rows."""
+
+    def __init__(self) -> None:
+        self.stats = ExportStats()
+
+    def export(self, items: list[SDKTrace | SDKSpan[Any]]) -> None:
+        try:
+            # This runs on the processor's thread, which keeps its connection between
+            # batches: drop it when it broke or outlived CONN_MAX_AGE, as a request would.
+            if not connection.in_atomic_block:
+                close_old_connections()
+            batch = self._parse(items)
+            if batch:
+                self._store(batch)
+        except Exception:  # never let a trace problem reach the SDK or a run
+            self._failed(len(items))
+            logger.exception("Tracing: a batch of %d item(s) was not stored", len(items))
+
+    # --- reading the SDK's items ----------------------------------------------------------
+
+    def _parse(self, items: list[SDKTrace | SDKSpan[Any]]) -> _Batch:
+        batch = _Batch()
+        mask = redaction.enabled()
+        sensitive = bool(getattr(settings, "AGENTSITE_TRACE_SENSITIVE_DATA", True))
+        for item in items:
+            try:
+                exported = item.export()
+                if not exported:
+                    continue
+                if exported.get("object") == "trace":
+                    trace = trace_row(exported, mask=mask)
+                    batch.traces[trace.trace_id] = trace
+                    run_id = _run_id(exported.get("metadata"))
+                    if run_id is not None:
+                        batch.run_ids[trace.trace_id] = run_id
+                else:
+                    span = span_row(exported, mask=mask, sensitive=sensitive)
+                    batch.spans[span.span_id] = span
+            except Exception as exc:
+                self._failed(1)
+                logger.warning("Tracing: an item could not be read and was dropped: %r", exc)
+        return batch
+
+    # --- writing --------------------------------------------------------------------------
+
+    def _store(self, batch: _Batch) -> None:
+        try:
+            _write(batch)
+        except (OperationalError, InterfaceError) as exc:
+            # The database is unreachable or busy: item by item would fail the same way.
+            self._failed(len(batch))
+            logger.error("Tracing: %d item(s) dropped, the database failed: %r", len(batch), exc)
+            return
+        except DatabaseError as exc:
+            logger.warning("Tracing: a batch failed (%r); storing its items one by one", exc)
+            self._store_one_by_one(batch)
+            return
+        self.stats.batches += 1
+        self.stats.traces += len(batch.traces)
+        self.stats.spans += len(batch.spans)
+
+    def _store_one_by_one(self, batch: _Batch) -> None:
+        singles = [
+            _Batch(traces={key: trace}, run_ids=_only(batch.run_ids, key))
+            for key, trace in batch.traces.items()
+        ] + [_Batch(spans={key: span}) for key, span in batch.spans.items()]
+        for single in singles:
+            try:
+                _write(single)
+            except Exception as exc:
+                self._failed(1)
+                logger.warning("Tracing: an item was dropped: %r", exc)
+            else:
+                self.stats.traces += len(single.traces)
+                self.stats.spans += len(single.spans)
+        self.stats.batches += 1
+
+    def _failed(self, count: int) -> None:
+        self.stats.failures += 1
+        self.stats.dropped_items += count
+
+
+def _only(mapping: dict[str, int], key: str) -> dict[str, int]:
+    return {key: mapping[key]} if key in mapping else {}
+
+
+def _write(batch: _Batch) -> None:
+    span_trace_ids = {span.trace_id for span in batch.spans.values()}
+    with transaction.atomic():
+        runs = _runs_of(set(batch.traces) | span_trace_ids, set(batch.run_ids.values()))
+        if batch.traces:
+            for trace in batch.traces.values():
+                trace.run_id = runs.by_trace.get(trace.trace_id) or runs.existing(
+                    batch.run_ids.get(trace.trace_id)
+                )
+            Trace.objects.bulk_create(
+                # In one order everywhere, so that two processes never lock rows crosswise.
+                sorted(batch.traces.values(), key=lambda trace: trace.trace_id),
+                update_conflicts=True,
+                unique_fields=["trace_id"],
+                update_fields=["workflow_name", "group_id", "metadata", "run", "updated"],
+            )
+        unknown = span_trace_ids - set(batch.traces)
+        if unknown:
+            Trace.objects.bulk_create(
+                [Trace(trace_id=key, run_id=runs.by_trace.get(key)) for key in sorted(unknown)],
+                ignore_conflicts=True,
+            )
+        if not batch.spans:
+            return
+        Span.objects.bulk_create(list(batch.spans.values()), ignore_conflicts=True)
+        failed = {span.trace_id for span in batch.spans.values() if span.error is not None}
+        if failed:
+            Trace.objects.filter(trace_id__in=failed).update(status=TraceStatus.ERROR)
+        finished = {span.trace_id for span in batch.spans.values() if span.parent_id is None}
+        if finished:
+            # Not a run of ours (those follow their run): done once its root span ended.
+            Trace.objects.filter(
+                trace_id__in=finished, run__isnull=True, status=TraceStatus.RUNNING
+            ).update(status=TraceStatus.OK)
+        _update_times_and_tokens(span_trace_ids)
+
+
+@dataclass
+class _Runs:
+    by_trace: dict[str, int]
+    pks: set[int]
+
+    def existing(self, run_id: int | None) -> int | None:
+        return run_id if run_id in self.pks else None
+
+
+def _runs_of(trace_ids: set[str], run_ids: set[int]) -> _Runs:
+    """The runs these traces belong to: by the trace id the engine chose, else by the
+    `run_id` in the trace's metadata (only if that run exists: a foreign key must hold)."""
+    if not trace_ids and not run_ids:
+        return _Runs({}, set())
+    rows = AgentRun.objects.filter(Q(trace_id__in=trace_ids) | Q(pk__in=run_ids)).values_list(
+        "pk", "trace_id"
+    )
+    by_trace: dict[str, int] = {}
+    pks: set[int] = set()
+    for pk, trace_id in rows:
+        pks.add(pk)
+        if trace_id in trace_ids:
+            by_trace[trace_id] = pk
+    return _Runs(by_trace, pks)
+
+
+def _update_times_and_tokens(trace_ids: set[str]) -> None:
+    """One UPDATE: each trace's first start, last end and token total, from all its spans."""
+    spans = Span.objects.filter(trace=OuterRef("trace_id")).order_by().values("trace")
+    Trace.objects.filter(trace_id__in=trace_ids).update(
+        started_at=Subquery(spans.annotate(value=Min("started_at")).values("value")),
+        ended_at=Subquery(spans.annotate(value=Max("ended_at")).values("value")),
+        total_tokens=Coalesce(
+            Subquery(spans.annotate(value=Sum("total_tokens")).values("value")),
+            0,
+            output_field=models.PositiveBigIntegerField(),
+        ),
+        updated=timezone.now(),
+    )
+
+
+# --- from the SDK's dicts to rows -----------------------------------------------------------
+
+
+def trace_row(exported: dict[str, Any], *, mask: bool = True) -> Trace:
+    metadata = redaction.clean(exported.get("metadata") or {}, mask=mask)
+    return Trace(
+        trace_id=str(exported["id"]),
+        workflow_name=str(redaction.clean(exported.get("workflow_name") or "", mask=mask))[:255],
+        group_id=str(exported.get("group_id") or "")[:255],
+        metadata=metadata if isinstance(metadata, dict) else {"metadata": metadata},
+    )
+
+
+def span_row(exported: dict[str, Any], *, mask: bool = True, sensitive: bool = True) -> Span:
+    raw_data = exported.get("span_data") or {}
+    kind, inner = span_kind(raw_data)
+    tokens = usage_tokens(kind, raw_data)
+    if not sensitive:
+        raw_data = {**raw_data}
+        for name in SENSITIVE_FIELDS.get(kind, ()):
+            if raw_data.get(name) is not None:
+                raw_data[name] = None
+    if exported.get("metadata") and "metadata" not in raw_data:
+        raw_data = {**raw_data, "metadata": exported["metadata"]}
+    data = redaction.clean(raw_data, mask=mask)
+    error = exported.get("error")
+    return Span(
+        span_id=str(exported["id"]),
+        trace_id=str(exported["trace_id"]),
+        parent_id=exported.get("parent_id") or None,
+        span_type=kind[:40],
+        name=str(redaction.clean(span_name(kind, raw_data, inner), mask=mask))[:255],
+        started_at=parse_time(exported.get("started_at")),
+        ended_at=parse_time(exported.get("ended_at")),
+        span_data=data if isinstance(data, dict) else {"data": data},
+        error=None if error is None else redaction.clean(error, mask=mask),
+        total_tokens=tokens,
+    )
+
+
+def span_kind(span_data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The span's type, and a custom span's `data`: task and turn spans are custom spans
+    that carry their real type in `data.sdk_span_type`."""
+    kind = str(span_data.get("type") or "custom")
+    inner = span_data.get("data") if kind == "custom" else None
+    if not isinstance(inner, dict):
+        return kind, {}
+    return str(inner.get("sdk_span_type") or kind), inner
+
+
+def span_name(kind: str, data: dict[str, Any], inner: dict[str, Any]) -> str:
+    if kind == "handoff":
+        return f"{data.get('from_agent') or '?'} → {data.get('to_agent') or '?'}"
+    if kind == "task":
+        return str(inner.get("name") or data.get("name") or "task")
+    if kind == "turn":
+        turn = f"turn {inner.get('turn', '')}".strip()
+        return f"{turn}: {inner['agent_name']}" if inner.get("agent_name") else turn
+    if kind in ("generation", "transcription", "speech"):
+        return str(data.get("model") or kind)
+    if kind == "response":
+        return str(data.get("response_id") or "response")
+    if kind == "mcp_tools":
+        return str(data.get("server") or "MCP tools")
+    return str(data.get("name") or kind)
+
+
+def usage_tokens(kind: str, data: dict[str, Any]) -> int:
+    """Tokens of one model call (task and turn spans repeat their calls' usage: not counted)."""
+    if kind not in ("generation", "response"):
+        return 0
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return 0
+    total = usage.get("total_tokens")
+    if _is_count(total):
+        return int(total)
+    parts = [usage.get("input_tokens"), usage.get("output_tokens")]
+    return sum(int(part) for part in parts if _is_count(part))
+
+
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if timezone.is_naive(parsed):
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def _run_id(metadata: Any) -> int | None:
+    if not isinstance(metadata, dict):
+        return None
+    try:
+        return int(str(metadata.get("run_id")))
+    except ValueError:
+        return None
+
+
+# --- installing -----------------------------------------------------------------------------
+
+_installed: BatchTraceProcessor | None = None
+_install_lock = threading.Lock()
+
+
+def make_processor(exporter: TracingExporter | None = None) -> BatchTraceProcessor:
+    """The SDK's batch processor around our exporter, configured from the settings."""
+    return BatchTraceProcessor(
+        exporter or DatabaseExporter(),
+        max_queue_size=settings.AGENTSITE_TRACE_QUEUE_SIZE,
+        max_batch_size=MAX_BATCH_SIZE,
+        schedule_delay=settings.AGENTSITE_TRACE_BATCH_DELAY,
+    )
+
+
+def install() -> BatchTraceProcessor | None:
+    """Register the database processor with the SDK, once per process.
+
+    With `OPENAI_API_KEY` set it is added beside the SDK's default processor, so OpenAI's
+    trace dashboard keeps working. Without a key that uploader can only log warnings, so it
+    is removed; any processor an integration registered (OpenTelemetry, Logfire, ...) stays.
+
+    The SDK flushes its processors at exit (an `atexit` hook registered with its provider),
+    but within one 5-second budget shared by all of them in order of registration, so a slow
+    upload to OpenAI could use it all up. Our queue is flushed by an `atexit` hook of its own,
+    registered after the SDK's, so it runs first.
+    """
+    global _installed
+    with _install_lock:
+        if _installed is not None or not settings.AGENTSITE_TRACING:
+            return _installed
+        processor = make_processor()
+        if settings.OPENAI_API_KEY.strip():
+            add_trace_processor(processor)
+        else:
+            set_trace_processors([*_other_processors(), processor])
+        atexit.register(processor.force_flush)
+        _installed = processor
+        logger.debug("Tracing: runs are stored in the database")
+        return processor
+
+
+def installed() -> BatchTraceProcessor | None:
+    return _installed
+
+
+def _other_processors() -> list[TracingProcessor]:
+    """The registered processors, less the SDK's default OpenAI uploader."""
+    provider = get_trace_provider()
+    # The SDK has no public getter for its processors; without one, keep none.
+    registered = getattr(getattr(provider, "_multi_processor", None), "_processors", ())
+    default = default_processor()
+    return [processor for processor in registered if processor is not default]

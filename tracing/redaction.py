@@ -1,0 +1,300 @@
+"""Masking of personal data and secrets before anything reaches the trace store.
+
+`clean(value)` walks any JSON-like value and returns a JSON-safe copy in which every string is
+masked, including strings that themselves hold JSON (a function span's `input` is one): those
+are parsed, masked inside and written back. Dict values under secret-looking keys (`api_key`,
+`token`, `password`, ...) are masked whole.
+
+What is masked (`AGENTSITE_TRACE_REDACTION`, on by default):
+- email addresses -> `[email]`
+- phone numbers, international (`+44 20 7946 0958`) and US (`(415) 555-2671`, `415-555-2671`)
+  -> `[phone]`; a bare run of digits is never taken for a phone number, so order ids,
+  amounts, dates and timestamps stay readable
+- card numbers: 13-19 digits, spaces or dashes allowed, only when they pass the Luhn check
+  -> `[card]`
+- IBANs, only when they pass the mod-97 check -> `[iban]`
+- API keys (`sk-...`, `sk-proj-...` and a few well-known token prefixes), values after
+  `api_key=` / `token=` / `password=`-like names, `Bearer ...` -> `[secret]`
+- every match of the regexes in `AGENTSITE_TRACE_REDACT_PATTERNS` -> `[redacted]`
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+EMAIL = "[email]"
+PHONE = "[phone]"
+CARD = "[card]"
+IBAN = "[iban]"
+SECRET = "[secret]"
+CUSTOM = "[redacted]"
+
+_SECRET_NAMES = (
+    r"api[_-]?key|apikey|access[_-]?token|refresh[_-]?token|auth[_-]?token|id[_-]?token|"
+    r"client[_-]?secret|secret[_-]?key|secret|token|password|passwd|pwd|authorization"
+)
+# A dict key that names a secret: its (string) value is masked whole.
+_SECRET_KEY = re.compile(rf"^(?:{_SECRET_NAMES})$", re.IGNORECASE)
+
+_BEARER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9\-._~+/]{8,}=*", re.IGNORECASE)
+_API_KEY = re.compile(
+    r"(?<![\w-])(?:"
+    # OpenAI, Anthropic, Stripe
+    r"sk-(?:proj-|ant-|live-|test-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"
+    r"|(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"  # GitHub
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|AKIA[0-9A-Z]{16}"  # AWS access key id
+    r")"
+)
+# `api_key=abc...`, `"token": "abc..."`, `password: hunter22`: the name stays, the value goes.
+_ASSIGNED_SECRET = re.compile(
+    rf"""(?P<name>["']?\b(?:{_SECRET_NAMES})\b["']?\s*[:=]\s*["']?)"""
+    r"""(?P<value>(?!(?:Bearer|Basic)\b)[^\s"'&,;<>\[\]]{6,})""",
+    re.IGNORECASE,
+)
+# Bounded parts (RFC 5321 limits): unbounded ones make the scan quadratic in a long string.
+_EMAIL = re.compile(
+    r"[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,8}\.[A-Za-z]{2,24}\b"
+)
+# 13-19 digits, single spaces or dashes between them; Luhn decides.
+_CARD = re.compile(r"(?<![\w\-.])\d(?:[ \-]?\d){12,18}(?![\w])")
+# Country code, check digits, then up to 30 letters/digits, single spaces allowed; mod-97 decides.
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b", re.IGNORECASE)
+_PHONE_INTERNATIONAL = re.compile(
+    r"(?<![\w+])\+\d{1,3}(?:[ .\-]?\(?\d{1,4}\)?){2,5}(?![\w])",
+)
+_PHONE_US = re.compile(
+    r"(?<![\w\-.])(?:1[ .\-])?(?:\(\d{3}\) ?|\d{3}[ .\-])\d{3}[ .\-]\d{4}(?![\w\-])",
+)
+
+
+def luhn_valid(digits: str) -> bool:
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        value = int(char)
+        if index % 2 == 1:
+            value *= 2
+            if value > 9:
+                value -= 9
+        total += value
+    return total % 10 == 0
+
+
+def iban_valid(candidate: str) -> bool:
+    code = candidate.replace(" ", "").upper()
+    if not 15 <= len(code) <= 34 or not code[:2].isalpha() or not code[2:4].isdigit():
+        return False
+    rearranged = code[4:] + code[:4]
+    number = "".join(str(int(char, 36)) for char in rearranged)
+    return int(number) % 97 == 1
+
+
+def _longest_valid_prefix(
+    raw: str, is_valid: Callable[[str], bool], keep: Callable[[str], str], min_length: int
+) -> int:
+    """The length of the longest prefix of `raw` whose kept characters pass `is_valid`, or 0.
+
+    Greedy regexes may swallow a following word or digit group; the number is its start."""
+    for end in range(len(raw), 0, -1):
+        if not raw[end - 1].isalnum():
+            continue
+        kept = keep(raw[:end])
+        if len(kept) < min_length:
+            return 0
+        if is_valid(kept):
+            return end
+    return 0
+
+
+def _checked(
+    pattern: re.Pattern[str],
+    text: str,
+    is_valid: Callable[[str], bool],
+    keep: Callable[[str], str],
+    min_length: int,
+    label: str,
+) -> str:
+    def replace(match: re.Match[str]) -> str:
+        raw = match.group(0)
+        end = _longest_valid_prefix(raw, is_valid, keep, min_length)
+        return label + raw[end:] if end else raw
+
+    return pattern.sub(replace, text)
+
+
+def _digits(text: str) -> str:
+    return "".join(char for char in text if char.isdigit())
+
+
+def _alnum(text: str) -> str:
+    return "".join(char for char in text if char.isalnum())
+
+
+def _phone(match: re.Match[str]) -> str:
+    raw = match.group(0)
+    return PHONE if 8 <= len(_digits(raw)) <= 15 else raw
+
+
+def mask_text(text: str) -> str:
+    """`text` with personal data and secrets replaced by markers (custom patterns included)."""
+    custom = custom_patterns()
+    if len(text) <= _CACHED_LENGTH:
+        return _mask_cached(text, custom)
+    return _mask(text, custom)
+
+
+# Traces repeat themselves (each generation span carries the conversation so far), so the
+# same strings come back again and again; short ones are remembered.
+_CACHED_LENGTH = 4096
+
+
+@functools.lru_cache(maxsize=4096)
+def _mask_cached(text: str, custom: tuple[re.Pattern[str], ...]) -> str:
+    return _mask(text, custom)
+
+
+def _mask(text: str, custom: tuple[re.Pattern[str], ...]) -> str:
+    if _MIGHT_HOLD_DATA.search(text):
+        text = _BEARER.sub(lambda m: f"{m.group(1)} {SECRET}", text)
+        text = _API_KEY.sub(SECRET, text)
+        text = _ASSIGNED_SECRET.sub(lambda m: m.group("name") + SECRET, text)
+        if "@" in text:
+            text = _EMAIL.sub(EMAIL, text)
+        text = _checked(_IBAN, text, iban_valid, _alnum, 15, IBAN)
+        text = _checked(_CARD, text, luhn_valid, _digits, 13, CARD)
+        text = _PHONE_INTERNATIONAL.sub(_phone, text)
+        text = _PHONE_US.sub(PHONE, text)
+    for pattern in custom:
+        text = pattern.sub(CUSTOM, text)
+    return text
+
+
+# Every built-in pattern needs one of these; most strings in a trace (names, ids, short
+# words) have none and skip the regexes.
+_MIGHT_HOLD_DATA = re.compile(
+    rf"@|\d\d\d|\+\d|\b(?:{_SECRET_NAMES}|bearer|basic)\b|sk-|gh[pousr]_|github_pat_|xox|AKIA",
+    re.IGNORECASE,
+)
+
+
+def custom_patterns() -> tuple[re.Pattern[str], ...]:
+    return _compile(tuple(getattr(settings, "AGENTSITE_TRACE_REDACT_PATTERNS", ()) or ()))
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(sources: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    compiled = []
+    for source in sources:
+        try:
+            compiled.append(re.compile(source))
+        except re.error as exc:
+            logger.error(
+                "AGENTSITE_TRACE_REDACT_PATTERNS: %r is not a regex (%s); ignored.", source, exc
+            )
+    return tuple(compiled)
+
+
+def invalid_patterns(sources: Iterable[str]) -> list[tuple[str, str]]:
+    """The patterns that do not compile, with the reason (for the system check)."""
+    invalid = []
+    for source in sources:
+        try:
+            re.compile(source)
+        except re.error as exc:
+            invalid.append((source, str(exc)))
+    return invalid
+
+
+def enabled() -> bool:
+    return bool(getattr(settings, "AGENTSITE_TRACE_REDACTION", True))
+
+
+def clean(value: Any, *, mask: bool | None = None) -> Any:
+    """A JSON-safe copy of `value`, masked when `mask` (default: the setting) is on.
+
+    Never raises for odd values: objects JSON cannot hold become their `str()`, non-finite
+    floats become null, and strings lose NUL characters and unpaired surrogates (PostgreSQL's
+    jsonb refuses both).
+    """
+    return _clean(value, enabled() if mask is None else mask, depth=0)
+
+
+_MAX_DEPTH = 64
+
+
+def _clean(value: Any, mask: bool, depth: int) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        # A card number sent as a JSON number.
+        if mask and 10**12 <= abs(value) < 10**19 and luhn_valid(str(abs(value))):
+            return CARD
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return _clean_string(value, mask, depth)
+    if depth >= _MAX_DEPTH:
+        return "[too deep]"
+    if isinstance(value, dict):
+        cleaned: dict[str, Any] = {}
+        for key, item in value.items():
+            name = _clean_string(key if isinstance(key, str) else str(key), mask, depth, False)
+            if mask and isinstance(item, str) and item and _SECRET_KEY.match(name):
+                cleaned[name] = SECRET
+            else:
+                cleaned[name] = _clean(item, mask, depth + 1)
+        return cleaned
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_clean(item, mask, depth + 1) for item in value]
+    if hasattr(value, "model_dump"):
+        try:
+            return _clean(value.model_dump(mode="json"), mask, depth + 1)
+        except Exception:
+            pass
+    return _clean_string(str(value), mask, depth)
+
+
+def _clean_string(text: str, mask: bool, depth: int, nested: bool = True) -> str:
+    text = _storable(text)
+    if not mask:
+        return text
+    if nested and depth < _MAX_DEPTH:
+        inner = _json_inside(text)
+        if inner is not None:
+            cleaned = _clean(inner, mask, depth + 1)
+            if cleaned == inner:
+                return text
+            return json.dumps(cleaned, ensure_ascii=False)
+    return mask_text(text)
+
+
+def _json_inside(text: str) -> Any:
+    stripped = text.strip()
+    if len(stripped) < 2 or stripped[0] not in "{[" or stripped[-1] not in "}]":
+        return None
+    try:
+        parsed = json.loads(stripped)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict | list) else None
+
+
+def _storable(text: str) -> str:
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
