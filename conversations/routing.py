@@ -4,4 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from django.urls import re_path
+
+from conversations.consumers import ConversationConsumer
+
+websocket_urlpatterns: list[Any] = [
+    re_path(r"^ws/chats/(?P<session_id>[\w-]+)/$", ConversationConsumer.as_asgi()),
+]

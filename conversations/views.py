@@ -1,11 +1,59 @@
+"""The chat pages: a person's conversations, and one conversation with its agent.
+
+Every page works as a plain page; htmx only makes sending faster. What a page shows is read
+from the conversation's session (the SDK's history) and its latest run, the same way the
+websocket consumer renders what it pushes, so a reload never disagrees with a push.
+"""
+
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET
+from dataclasses import dataclass
+from typing import Any, cast
 
-from agentsite import agents
+from asgiref.sync import async_to_sync
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db import models, transaction
+from django.db.models import OuterRef, Subquery
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.timesince import timesince
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from agentsite import agents, runs
 from agentsite.permissions import is_reviewer
+from approvals.models import AgentRun, RunStatus
+from conversations.forms import MessageForm, NewConversationForm, RenameForm
+from conversations.models import Conversation, SessionItem
+from conversations.rendering import (
+    HISTORY_ITEMS_SHOWN,
+    History,
+    build_history,
+    is_user_message,
+    latest_run,
+)
+from conversations.session import UnreadableSessionItem, open_session
+
+# A conversation takes one message at a time: its agent is working or waits for a reviewer.
+BUSY_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.WAITING)
+BUSY_WORKING = "The agent is still answering your last message. Send this one when it has replied."
+BUSY_WAITING = (
+    "Your last request is waiting for a reviewer's approval. You can send this message "
+    "once it has been decided."
+)
+CONVERSATIONS_PER_PAGE = 50
+# What the list says about a conversation whose latest run is not simply done.
+LIST_STATES: dict[str, str] = {
+    RunStatus.QUEUED: "Replying…",
+    RunStatus.RUNNING: "Replying…",
+    RunStatus.RESUMING: "Replying…",
+    RunStatus.WAITING: "Waiting for approval",
+    RunStatus.FAILED: "Last reply failed",
+}
+PREVIEW_CHARS = 80
 
 
 @require_GET
@@ -16,5 +64,309 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "conversations/home.html", {"agent_names": agents.agent_names()})
 
 
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _get_conversation_for_user(request: HttpRequest, session_id: str) -> Conversation:
+    """The conversation, if it is the user's; any other one is a 404, so none is revealed."""
+    return get_object_or_404(Conversation.objects.owned_by(request.user), session_id=session_id)
+
+
+def _history(conversation: Conversation) -> History:
+    session = open_session(conversation.session_id)
+    items = async_to_sync(session.get_items)(HISTORY_ITEMS_SHOWN)
+    # An encrypted session skips items it cannot decrypt; people are told, nothing is dropped.
+    unreadable = int(getattr(session, "unreadable_seen", 0))
+    history = build_history(conversation, items, latest_run(conversation), unreadable)
+    history.truncated = len(items) >= HISTORY_ITEMS_SHOWN
+    return history
+
+
+def _preview(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1].rstrip() + "…"
+
+
+def _display_title(conversation: Conversation, history: History | None = None) -> str:
+    if conversation.title:
+        return conversation.title
+    if history is not None:
+        first = next((entry.text for entry in history.entries if entry.kind == "user"), "")
+        if not first and history.run is not None:
+            first = history.run.user_text
+        if first.strip():
+            return _preview(first)
+    return "New conversation"
+
+
+def _ago(when: Any) -> str:
+    if (timezone.now() - when).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(when)} ago"
+
+
+def _busy_message(conversation: Conversation) -> str | None:
+    status = (
+        AgentRun.objects.filter(conversation=conversation, status__in=BUSY_STATUSES)
+        .values_list("status", flat=True)
+        .first()
+    )
+    if status is None:
+        return None
+    return BUSY_WAITING if status == RunStatus.WAITING else BUSY_WORKING
+
+
+def _touch(conversation: Conversation) -> None:
+    # "Last activity" in the list; the session bumps it on its own writes only.
+    Conversation.objects.filter(pk=conversation.pk).update(updated=timezone.now())
+
+
+def _chat_page(
+    request: HttpRequest,
+    conversation: Conversation,
+    *,
+    form: MessageForm | None = None,
+    rename_form: RenameForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    history = _history(conversation)
+    context = {
+        "conversation": conversation,
+        "history": history,
+        "title": _display_title(conversation, history),
+        "form": form or MessageForm(),
+        "rename_form": rename_form or RenameForm(initial={"title": conversation.title}),
+        "ws_path": f"/ws/chats/{conversation.session_id}/",
+    }
+    return render(request, "conversations/chat.html", context, status=status)
+
+
+# --- the list -------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
 def chats(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("The chats are being built.")
+    """The user's conversations, most recently active first."""
+    first_message = (
+        SessionItem.objects.filter(conversation=OuterRef("pk"), payload__role="user")
+        .order_by("id")
+        .values("payload")[:1]
+    )
+    latest_status = (
+        AgentRun.objects.filter(conversation=OuterRef("pk"))
+        .order_by("-created", "-pk")
+        .values("status")[:1]
+    )
+    conversations = (
+        Conversation.objects.owned_by(request.user)
+        .annotate(
+            first_message=Subquery(first_message, output_field=models.JSONField()),
+            latest_status=Subquery(latest_status),
+        )
+        .order_by("-updated", "-pk")
+    )
+    page = Paginator(conversations, CONVERSATIONS_PER_PAGE).get_page(request.GET.get("page"))
+    rows = [_ChatRow.of(conversation) for conversation in page]
+    return render(
+        request,
+        "conversations/chats.html",
+        {"page": page, "rows": rows, "new_form": NewConversationForm()},
+    )
+
+
+@dataclass
+class _ChatRow:
+    conversation: Conversation
+    preview: str
+    activity: str
+    status: str
+    state: str
+
+    @classmethod
+    def of(cls, conversation: Conversation) -> _ChatRow:
+        first: Any = getattr(conversation, "first_message", None)
+        text = first.get("content") if is_user_message(first) else None
+        status = str(getattr(conversation, "latest_status", None) or "")
+        return cls(
+            conversation=conversation,
+            preview=_preview(text) if isinstance(text, str) else "",
+            activity=_ago(conversation.updated),
+            status=status,
+            state=LIST_STATES.get(status, ""),
+        )
+
+
+@login_required
+@require_POST
+def chat_new(request: HttpRequest) -> HttpResponse:
+    form = NewConversationForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose one of the agents in the list.")
+        return redirect("chats")
+    conversation = Conversation.objects.create(
+        owner=cast(Any, request.user), agent_name=form.agent_name()
+    )
+    return redirect("chat", session_id=conversation.session_id)
+
+
+# --- one conversation -----------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def chat(request: HttpRequest, session_id: str) -> HttpResponse:
+    conversation = _get_conversation_for_user(request, session_id)
+    return _chat_page(request, conversation)
+
+
+@login_required
+@require_GET
+def chat_history(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The message list alone: the page re-fetches it whenever its socket (re)connects."""
+    conversation = _get_conversation_for_user(request, session_id)
+    return render(
+        request,
+        "conversations/_messages.html",
+        {"conversation": conversation, "history": _history(conversation)},
+    )
+
+
+class _Busy(Exception):
+    pass
+
+
+@login_required
+@require_POST
+def chat_send(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Start a run on the message. Refused, with the text kept, when it is empty or too long,
+    or while the conversation's last run is still going."""
+    conversation = _get_conversation_for_user(request, session_id)
+    form = MessageForm(request.POST)
+    if form.is_valid():
+        try:
+            with transaction.atomic():
+                # Two quick sends of one conversation queue on this lock, so the second sees
+                # the run of the first and is refused: a double click starts one run.
+                list(
+                    Conversation.objects.select_for_update()
+                    .filter(pk=conversation.pk)
+                    .values_list("pk", flat=True)
+                )
+                busy = _busy_message(conversation)
+                if busy:
+                    raise _Busy(busy)
+                runs.start_run(conversation, form.cleaned_data["text"], request.user)
+        except _Busy as refusal:
+            form.add_error("text", str(refusal))
+        except ValueError as error:  # empty or too long
+            form.add_error("text", str(error))
+        except agents.UnknownAgent:
+            form.add_error(
+                "text",
+                f"The agent of this conversation ({conversation.agent_name}) is no longer "
+                "available. Start a new conversation.",
+            )
+    if request.htmx:  # type: ignore[attr-defined]
+        if form.errors:
+            return render(
+                request,
+                "conversations/_composer.html",
+                {"conversation": conversation, "form": form},
+            )
+        # The run's block arrives over the socket (or with the next re-sync).
+        return render(
+            request,
+            "conversations/_composer.html",
+            {"conversation": conversation, "form": MessageForm(), "autofocus": True},
+        )
+    if form.errors:
+        return _chat_page(request, conversation, form=form, status=400)
+    return redirect(reverse("chat", args=[conversation.session_id]) + "#composer")
+
+
+async def _undo_last_exchange(session: Any) -> int:
+    """Pop items until the last user message is gone; the number of items removed.
+
+    An item that cannot be decrypted is never removed: the items popped before it are put
+    back (they were all newer than it, so the order is unchanged) and the error is raised.
+    """
+    items = await session.get_items()
+    if not any(is_user_message(item) for item in items):
+        return 0
+    popped: list[Any] = []
+    try:
+        while True:
+            item = await session.pop_item()
+            if item is None:
+                break
+            popped.append(item)
+            if is_user_message(item):
+                break
+    except UnreadableSessionItem:
+        if popped:
+            await session.add_items(list(reversed(popped)))
+        raise
+    return len(popped)
+
+
+UNREADABLE = (
+    "Part of this conversation can't be decrypted with the site's current key, so it was left "
+    "exactly as it is. Nothing was removed."
+)
+
+
+@login_required
+@require_POST
+def chat_undo(request: HttpRequest, session_id: str) -> HttpResponse:
+    conversation = _get_conversation_for_user(request, session_id)
+    busy = _busy_message(conversation)
+    if busy:
+        messages.error(request, "You can undo once the agent has finished. " + busy)
+        return redirect("chat", session_id=session_id)
+    try:
+        removed = async_to_sync(_undo_last_exchange)(open_session(conversation.session_id))
+    except UnreadableSessionItem:
+        messages.error(request, UNREADABLE)
+        return redirect("chat", session_id=session_id)
+    if removed:
+        _touch(conversation)
+        messages.success(request, "Your last message and its reply were removed.")
+    else:
+        messages.info(request, "There is nothing to undo.")
+    return redirect("chat", session_id=session_id)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def chat_clear(request: HttpRequest, session_id: str) -> HttpResponse:
+    """GET asks for confirmation; POST empties the conversation (it keeps its title)."""
+    conversation = _get_conversation_for_user(request, session_id)
+    busy = _busy_message(conversation)
+    if request.method == "GET":
+        return render(
+            request,
+            "conversations/clear.html",
+            {"conversation": conversation, "title": _display_title(conversation), "busy": busy},
+        )
+    if busy:
+        messages.error(request, "You can clear the conversation once the agent has finished.")
+        return redirect("chat", session_id=session_id)
+    async_to_sync(open_session(conversation.session_id).clear_session)()
+    _touch(conversation)
+    messages.success(request, "The conversation was cleared.")
+    return redirect("chat", session_id=session_id)
+
+
+@login_required
+@require_POST
+def chat_rename(request: HttpRequest, session_id: str) -> HttpResponse:
+    conversation = _get_conversation_for_user(request, session_id)
+    form = RenameForm(request.POST)
+    if not form.is_valid():
+        return _chat_page(request, conversation, rename_form=form, status=400)
+    conversation.title = " ".join(form.cleaned_data["title"].split())
+    # Renaming is not activity: the list keeps its order.
+    conversation.save(update_fields=["title"])
+    messages.success(request, "Renamed." if conversation.title else "The title was removed.")
+    return redirect("chat", session_id=session_id)

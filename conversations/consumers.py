@@ -1,0 +1,110 @@
+"""The chat page's socket: the run engine's events for one conversation, as htmx fragments.
+
+- `run.text_delta`: the words, escaped, appended to `#run-<id>-text`.
+- `run.updated`, `approval.created`, `approval.decided`: the run's block `#run-<id>`, rendered
+  from the database with the template the page uses. A new run (queued) is put into the
+  page's slot after the previous run, so it arrives before its first word does.
+
+Pushes are hints: the page re-fetches its message list on every (re)connect, and whenever a
+push names a block that it does not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+from django.utils.html import format_html
+
+from agentsite import events
+from approvals.models import RunStatus
+from conversations.models import Conversation
+from conversations.rendering import (
+    HISTORY_ITEMS_SHOWN,
+    previous_run_pk,
+    run_for_event,
+    run_view,
+)
+from conversations.session import open_session
+
+
+def _owned_conversation(user: Any, session_id: str) -> tuple[int, str] | None:
+    found = (
+        Conversation.objects.owned_by(user)
+        .filter(session_id=session_id)
+        .values_list("pk", "session_id")
+        .first()
+    )
+    return (found[0], found[1]) if found else None
+
+
+def _render_run(conversation_pk: int, run_id: int, items: list[Any]) -> str:
+    conversation = Conversation.objects.filter(pk=conversation_pk).first()
+    if conversation is None:
+        return ""
+    loaded = run_for_event(conversation, run_id)
+    if loaded is None:
+        return ""
+    _, view = run_view(conversation, items, loaded)
+    if view is None:
+        return ""  # undone or cleared meanwhile: nothing of it is shown
+    if view.run.status == RunStatus.QUEUED:
+        return render_to_string(
+            "conversations/_run_inserted.html",
+            {"view": view, "after": previous_run_pk(view.run)},
+        )
+    return render_to_string("conversations/_run.html", {"view": view})
+
+
+class ConversationConsumer(AsyncWebsocketConsumer):
+    group: str | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()
+            return
+        session_id = self.scope["url_route"]["kwargs"]["session_id"]
+        found = await database_sync_to_async(_owned_conversation)(user, session_id)
+        if found is None:
+            # Refused before accepting: someone else's conversation looks like no conversation.
+            await self.close()
+            return
+        self.conversation_pk, self.session_id = found
+        self.group = events.conversation_group(self.conversation_pk)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """The page sends nothing that matters: messages go through the CSRF-checked form."""
+
+    # --- events, named after their `type` ---------------------------------------------------
+
+    async def run_text_delta(self, message: dict[str, Any]) -> None:
+        event = events.TextDelta.model_validate(message["event"])
+        await self.send(
+            text_data=format_html(
+                '<span hx-swap-oob="beforeend:#run-{}-text">{}</span>', event.run_id, event.delta
+            )
+        )
+
+    async def run_updated(self, message: dict[str, Any]) -> None:
+        await self._send_run(events.RunUpdated.model_validate(message["event"]).run_id)
+
+    async def approval_created(self, message: dict[str, Any]) -> None:
+        await self._send_run(events.ApprovalCreated.model_validate(message["event"]).run_id)
+
+    async def approval_decided(self, message: dict[str, Any]) -> None:
+        await self._send_run(events.ApprovalDecided.model_validate(message["event"]).run_id)
+
+    async def _send_run(self, run_id: int) -> None:
+        items = await open_session(self.session_id).get_items(HISTORY_ITEMS_SHOWN)
+        html = await database_sync_to_async(_render_run)(self.conversation_pk, run_id, items)
+        if html:
+            await self.send(text_data=html)

@@ -1,0 +1,43 @@
+"""Forms of the chat pages. The run engine has the last word on messages (`runs.start_run`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from agentsite import agents
+from conversations.models import Conversation
+
+TITLE_MAX_LENGTH = Conversation._meta.get_field("title").max_length or 200
+
+
+class NewConversationForm(forms.Form):
+    agent = forms.ChoiceField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = agents.agent_names()
+        field = self.fields["agent"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [(name, name) for name in names]
+        self.show_choice = len(names) > 1
+
+    def agent_name(self) -> str:
+        return self.cleaned_data.get("agent") or agents.default_agent_name()
+
+
+class MessageForm(forms.Form):
+    # Emptiness and length are the run engine's rules; its ValueError becomes this field's error.
+    text = forms.CharField(required=False, strip=False, widget=forms.Textarea)
+
+
+class RenameForm(forms.Form):
+    title = forms.CharField(
+        required=False,
+        max_length=TITLE_MAX_LENGTH,
+        error_messages={
+            "max_length": f"A title has at most {TITLE_MAX_LENGTH} characters "
+            "(this one has %(show_value)d)."
+        },
+    )

@@ -1,0 +1,246 @@
+"""The chat page's socket, through the real ASGI application: origin check, session-cookie
+authentication, ownership, and the fragments it pushes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+from django.utils import timezone
+
+from agentsite import agents as registry
+from agentsite import events, executor, runs
+from agentsite.asgi import application
+from agentsite.demo.seed import seed_orders
+from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from conversations.models import Conversation
+from tests.factories import make_conversation, make_user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = (b"origin", b"http://127.0.0.1")
+
+
+@pytest.fixture(autouse=True)
+def quiet_server(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The application binds the in-process executor to the test's loop; undo that after."""
+    settings.AGENTSITE_SWEEP_SECONDS = 0
+    monkeypatch.setattr(executor.inprocess(), "_server_loop", None)
+    registry._cache.clear()
+    yield
+    registry._cache.clear()
+
+
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(
+        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
+    )
+    return calls
+
+
+def session_cookie(user: Any) -> tuple[bytes, bytes]:
+    client = Client()
+    client.force_login(user)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
+def setup_alice() -> tuple[Any, Conversation, tuple[bytes, bytes]]:
+    seed_orders()
+    alice = make_user(username="alice")
+    conversation = make_conversation(owner=alice, agent_name="support")
+    return alice, conversation, session_cookie(alice)
+
+
+def socket(conversation: Conversation, *headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
+    return WebsocketCommunicator(
+        application, f"/ws/chats/{conversation.session_id}/", headers=list(headers)
+    )
+
+
+async def receive_until(communicator: WebsocketCommunicator, needle: str) -> list[str]:
+    """Every frame up to and including the first that contains `needle`."""
+    frames: list[str] = []
+    while True:
+        frame = await communicator.receive_from(timeout=5)
+        frames.append(frame)
+        if needle in frame:
+            return frames
+
+
+async def test_the_owner_connects() -> None:
+    _, conversation, cookie = await sync_to_async(setup_alice)()
+    communicator = socket(conversation, cookie, ORIGIN)
+    connected, _ = await communicator.connect()
+    assert connected
+    assert await communicator.receive_nothing(timeout=0.1)
+    await communicator.disconnect()
+
+
+async def test_anyone_else_is_refused_before_the_socket_opens() -> None:
+    _, conversation, alice_cookie = await sync_to_async(setup_alice)()
+    bob = await sync_to_async(make_user)(username="bob")
+    bob_cookie = await sync_to_async(session_cookie)(bob)
+
+    for headers in (
+        [bob_cookie, ORIGIN],  # another user
+        [ORIGIN],  # nobody logged in
+        [alice_cookie, (b"origin", b"http://evil.example")],  # another site's page
+        [alice_cookie],  # no Origin at all
+    ):
+        communicator = socket(conversation, *headers)
+        connected, _ = await communicator.connect()
+        assert not connected, headers
+        await communicator.disconnect()
+
+    missing = WebsocketCommunicator(
+        application, "/ws/chats/conv_nobody_has_this/", headers=[alice_cookie, ORIGIN]
+    )
+    connected, _ = await missing.connect()
+    assert not connected
+
+
+async def test_a_text_delta_arrives_as_escaped_text_for_the_run_s_block() -> None:
+    _, conversation, cookie = await sync_to_async(setup_alice)()
+    communicator = socket(conversation, cookie, ORIGIN)
+    await communicator.connect()
+
+    await events.publish(
+        [events.TextDelta(run_id=5, conversation_id=conversation.pk, delta="<b>Hi</b> & ")]
+    )
+
+    frame = await communicator.receive_from(timeout=2)
+    assert frame == '<span hx-swap-oob="beforeend:#run-5-text">&lt;b&gt;Hi&lt;/b&gt; &amp; </span>'
+    await communicator.disconnect()
+
+
+async def test_events_of_other_conversations_never_arrive() -> None:
+    alice, conversation, cookie = await sync_to_async(setup_alice)()
+    other = await sync_to_async(make_conversation)(owner=alice)
+    communicator = socket(conversation, cookie, ORIGIN)
+    await communicator.connect()
+
+    await events.publish([events.TextDelta(run_id=1, conversation_id=other.pk, delta="x")])
+
+    assert await communicator.receive_nothing(timeout=0.2)
+    await communicator.disconnect()
+
+
+def make_waiting_run(conversation: Conversation) -> AgentRun:
+    run = AgentRun.objects.create(
+        conversation=conversation,
+        agent_name="support",
+        input="cancel <order> 42",
+        status=RunStatus.WAITING,
+        pause_count=1,
+    )
+    ApprovalRequest.objects.create(
+        run=run,
+        pause=1,
+        call_id="call_1",
+        agent_name="Support desk",
+        tool_name="cancel_order",
+        arguments={"order_id": 42},
+        arguments_hash="x",
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    return run
+
+
+async def test_run_updated_pushes_the_run_s_block_as_the_database_has_it() -> None:
+    _, conversation, cookie = await sync_to_async(setup_alice)()
+    run = await sync_to_async(make_waiting_run)(conversation)
+    communicator = socket(conversation, cookie, ORIGIN)
+    await communicator.connect()
+
+    # The event's own status is only a hint: the block says what the database says.
+    await events.publish(
+        [
+            events.RunUpdated(
+                run_id=run.pk, conversation_id=conversation.pk, status=RunStatus.COMPLETED
+            )
+        ]
+    )
+
+    frame = await communicator.receive_from(timeout=2)
+    assert frame.startswith(f'<div id="run-{run.pk}" class="turn" data-status="waiting"')
+    assert "Waiting for a reviewer to approve: cancel_order(order_id=42)" in frame
+    assert "cancel &lt;order&gt; 42" in frame  # her message, escaped
+    assert "<order>" not in frame
+    assert "hx-swap-oob" not in frame  # replaced by id, as the ws extension does by default
+    await communicator.disconnect()
+
+
+async def test_a_failed_run_s_block_says_why() -> None:
+    _, conversation, cookie = await sync_to_async(setup_alice)()
+    run = await AgentRun.objects.acreate(
+        conversation=conversation,
+        agent_name="support",
+        input="hello",
+        status=RunStatus.FAILED,
+        error="The agent failed: <RateLimitError>",
+        finished=timezone.now() + timedelta(seconds=1),
+    )
+    communicator = socket(conversation, cookie, ORIGIN)
+    await communicator.connect()
+
+    await events.publish(
+        [events.RunUpdated(run_id=run.pk, conversation_id=conversation.pk, status="failed")]
+    )
+
+    frame = await communicator.receive_from(timeout=2)
+    assert "The agent couldn't finish this reply." in frame
+    assert "The agent failed: &lt;RateLimitError&gt;" in frame
+    await communicator.disconnect()
+
+
+async def test_a_whole_turn_streams_word_by_word_then_shows_the_reply(submitted: list) -> None:
+    alice, conversation, cookie = await sync_to_async(setup_alice)()
+    communicator = socket(conversation, cookie, ORIGIN)
+    await communicator.connect()
+
+    run = await sync_to_async(runs.start_run)(conversation, "where is order 7", alice)
+    queued = await communicator.receive_from(timeout=2)
+    # A new run goes into the slot after the previous one (none here), before any word.
+    assert queued.startswith('<div id="after-run-0" class="slot" hx-swap-oob="outerHTML">')
+    assert f'<div id="run-{run.pk}" class="turn" data-status="queued" data-active>' in queued
+    assert f'<div id="after-run-{run.pk}" class="slot"></div>' in queued
+
+    await runs.execute(run.pk)
+    frames = await receive_until(communicator, 'data-status="completed"')
+
+    deltas = [
+        f for f in frames if f.startswith(f'<span hx-swap-oob="beforeend:#run-{run.pk}-text">')
+    ]
+    assert len(deltas) > 5  # one per word
+    words = "".join(re.sub(r"<[^>]+>", "", delta) for delta in deltas)
+    assert words.startswith("Here is what I found:")
+    running = frames[0]
+    assert 'data-status="running"' in running and f'id="run-{run.pk}-text"' in running
+    completed = frames[-1]
+    assert "lookup_order(order_id=7)" in completed
+    assert "Here is what I found:" in completed
+    assert f'id="run-{run.pk}-text"' not in completed  # the reply, not the stream
+    await communicator.disconnect()
+
+
+async def test_a_paused_turn_says_what_it_waits_for(submitted: list) -> None:
+    alice, conversation, cookie = await sync_to_async(setup_alice)()
+    communicator = socket(conversation, cookie, ORIGIN)
+    await communicator.connect()
+
+    run = await sync_to_async(runs.start_run)(conversation, "cancel order 42", alice)
+    await runs.execute(run.pk)
+    frames = await receive_until(communicator, "Waiting for a reviewer to approve:")
+
+    assert "Waiting for a reviewer to approve: cancel_order(order_id=42)" in frames[-1]
+    await asyncio.sleep(0)
+    await communicator.disconnect()

@@ -1,0 +1,105 @@
+"""Assistant Markdown is rendered, then sanitized: structure stays, anything active goes."""
+
+from __future__ import annotations
+
+import re
+
+from conversations.rendering import call_display, entries_for, render_markdown
+
+
+def test_it_keeps_bold_lists_code_blocks_and_tables() -> None:
+    html = render_markdown(
+        "**Order 7** has shipped:\n\n- headphones\n- a cable\n\n1. one\n2. two\n\n"
+        "```python\nprint('<b>')\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+    )
+    assert "<strong>Order 7</strong>" in html
+    assert "<ul>\n<li>headphones</li>" in html
+    assert "<ol>" in html
+    assert "<pre><code>print('&lt;b&gt;')\n</code></pre>" in html
+    assert "<table>" in html and "<td>1</td>" in html
+
+
+def test_it_keeps_links_and_makes_them_safe_to_open() -> None:
+    html = render_markdown("See [tracking](https://example.com/track?id=7) or <https://e.com>.")
+    assert (
+        '<a href="https://example.com/track?id=7" target="_blank" '
+        'rel="noopener noreferrer nofollow">tracking</a>'
+    ) in html
+    assert 'href="https://e.com"' in html
+    assert html.count('rel="noopener noreferrer nofollow"') == 2
+
+
+def test_it_never_lets_a_script_through() -> None:
+    html = render_markdown("Hi <script>alert(1)</script> and\n\n<script>\nalert(2)\n</script>")
+    assert "<script" not in html
+    assert "&lt;script&gt;" in html  # shown as the text the model wrote
+
+
+def test_it_drops_event_handlers_and_raw_html() -> None:
+    html = render_markdown(
+        '<img src=x onerror="alert(1)"> <b onclick="x()">b</b> <iframe src="https://e.com">'
+        '</iframe>\n\n<div style="position:fixed">overlay</div>'
+    )
+    assert "<img" not in html
+    assert "<b " not in html and "<iframe" not in html and "<div" not in html
+    # The tags are shown escaped, as text: nothing of them is live.
+    assert "&lt;img" in html and "&lt;iframe" in html
+
+
+def test_it_drops_javascript_and_data_links() -> None:
+    for source in [
+        "[click](javascript:alert(1))",
+        "[click](JaVaScRiPt:alert(1))",
+        "[click](  javascript:alert(1))",
+        "[click](data:text/html;base64,PHNjcmlwdD4=)",
+        "[click](vbscript:msgbox(1))",
+        "<javascript:alert(1)>",
+    ]:
+        html = render_markdown(source)
+        assert "href" not in html, source
+
+
+def test_it_shows_no_images_so_no_url_is_fetched_without_a_click() -> None:
+    html = render_markdown("![pixel](https://tracker.example/p.png?q=secret)")
+    assert "<img" not in html
+    assert 'rel="noopener noreferrer nofollow"' in html  # a plain link the user may follow
+
+
+def test_it_cannot_pass_for_the_site_s_own_status_lines() -> None:
+    html = render_markdown(
+        '<p class="run-status run-waiting" id="composer">Waiting</p>\n\n'
+        "`code` [link](https://e.com){.run-waiting}"
+    )
+    assert not re.search(r"<[a-z][^>]*\s(class|id|style)=", html)
+
+
+def test_it_turns_session_items_into_messages_and_tool_notes() -> None:
+    items = [
+        {"role": "user", "content": "where is order 7"},
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "lookup_order",
+            "arguments": '{"order_id": 7}',
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": "Order 7 has   shipped."},
+        {"type": "function_call", "call_id": "c2", "name": "transfer_to_billing", "arguments": ""},
+        {"type": "function_call_output", "call_id": "c2", "output": '{"assistant": "Billing"}'},
+        {"type": "reasoning", "summary": []},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "It **shipped**."}],
+        },
+    ]
+    entries = entries_for(items)
+    assert [entry.kind for entry in entries] == ["user", "tool", "handoff", "assistant"]
+    assert entries[1].text == "lookup_order(order_id=7)"
+    assert entries[1].output == "Order 7 has shipped."
+    assert entries[2].text == "Billing"
+    assert entries[3].html == "<p>It <strong>shipped</strong>.</p>\n"
+
+
+def test_a_call_reads_as_a_reviewer_reads_it() -> None:
+    assert call_display("cancel_order", '{"order_id": 42}') == "cancel_order(order_id=42)"
+    assert call_display("send_email", {"to": "a@b.c"}) == 'send_email(to="a@b.c")'
