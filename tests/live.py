@@ -60,9 +60,12 @@ def test_database_url() -> str:
 
 
 def start_site(
-    database_url: str, log_path: Path, extra_env: dict[str, str] | None = None
+    database_url: str,
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> LiveSite:
-    port = free_port()
+    port = port or free_port()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
