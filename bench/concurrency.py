@@ -1,0 +1,175 @@
+"""Concurrency: many conversations at once, on a model that takes 200 ms per call.
+
+Ours: N queued runs (made beforehand) submitted to the in-process executor at once; the wall
+time runs from the first submit until the executor is idle. Peer: the bare SDK, N
+`Runner.run` calls gathered on one event loop, each on its own `SQLiteSession` in one file.
+A run is one turn with one tool call, so two sequential model calls: the ideal wall time is
+2 × 200 ms whatever N is, and efficiency = ideal ÷ wall.
+
+Python runs one thread at a time, so N runs cannot take less than the ideal plus the CPU
+time of N turns: the CPU the process used over the wall is reported, and so is the time
+SQLite writers spent waiting for the write lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agents import RunConfig, Runner, SQLiteSession
+from django.db.backends.sqlite3.base import DatabaseWrapper
+
+from agentsite import executor, runs
+from approvals.models import AgentRun, RunStatus
+from bench import site, tracing_setup
+from bench.agents import MODEL_CALLS_PER_TURN, SLOW_AGENT, SLOW_LATENCY
+from bench.harness import Config, Goal, Row, Samples, arun, compared, interleave, ratio
+
+BENCHMARK = "concurrency"
+IDEAL = MODEL_CALLS_PER_TURN * SLOW_LATENCY
+EFFICIENT = Goal(1 / 0.8, "≤ 1.25× (efficiency ≥ 80 %)")
+QUESTION = "Where is my order 7?"
+# Where Django's SQLite backend opens a transaction (with "BEGIN IMMEDIATE" here).
+BEGIN = "_start_transaction_under_autocommit"
+
+
+class Observed:
+    """Besides the wall time: the process's CPU time over it (Python runs one thread at a
+    time, so near 100 % of one core means the runs wait for the interpreter, not the model),
+    and the time Django's SQLite transactions waited in `BEGIN IMMEDIATE` for another writer
+    to commit. A waiting thread sleeps in SQLite's busy handler, which backs off up to 100 ms
+    between tries, so a wait can last far longer than the lock is held."""
+
+    def __init__(self) -> None:
+        self.cpu: list[float] = []  # CPU seconds ÷ wall seconds, per repeat
+        self.waits: list[float] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        original = getattr(DatabaseWrapper, BEGIN)
+
+        def begin(connection: Any) -> None:
+            started = time.perf_counter()
+            original(connection)
+            with self._lock:
+                self.waits.append(time.perf_counter() - started)
+
+        setattr(DatabaseWrapper, BEGIN, begin)
+        cpu, wall = time.process_time(), time.perf_counter()
+        try:
+            yield
+        finally:
+            self.cpu.append((time.process_time() - cpu) / (time.perf_counter() - wall))
+            setattr(DatabaseWrapper, BEGIN, original)
+
+    def cpu_share(self) -> str:
+        return f"{statistics.median(self.cpu):.0%} of one core"
+
+
+def site_wall(count: int, observed: Observed) -> list[float]:
+    with site.jobs_recorded():
+        run_ids = [
+            runs.start_run(site.conversation("bench_slow"), QUESTION).pk for _ in range(count)
+        ]
+    processors, _ = tracing_setup.site_processors()
+    in_process = executor.inprocess()
+    with tracing_setup.processors(processors), observed.watching():
+        started = time.perf_counter()
+        for run_id in run_ids:
+            in_process.submit("execute", run_id)
+        deadline = started + 120
+        while in_process.pending() and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        wall = time.perf_counter() - started
+    statuses = set(AgentRun.objects.filter(pk__in=run_ids).values_list("status", flat=True))
+    assert statuses == {RunStatus.COMPLETED}, statuses
+    return [wall]
+
+
+def sdk_wall(count: int, path: Path, observed: Observed) -> list[float]:
+    sessions = [SQLiteSession(site.sdk_session_id(), path) for _ in range(count)]
+    config = RunConfig(tracing_disabled=True)
+
+    async def all_runs() -> float:
+        started = time.perf_counter()
+        results = await asyncio.gather(
+            *(Runner.run(SLOW_AGENT, QUESTION, session=s, run_config=config) for s in sessions)
+        )
+        wall = time.perf_counter() - started
+        assert all(r.final_output == "Done." for r in results)
+        return wall
+
+    with observed.watching():
+        return [arun(all_runs())]
+
+
+def run(config: Config) -> list[Row]:
+    rows: list[Row] = []
+    for count in config.pick((5, 20), (10, 100)):
+        rows.extend(measure(config, count))
+    return rows
+
+
+def measure(config: Config, count: int) -> list[Row]:
+    repeats = config.pick(2, 5)
+    path = config.workdir / "sdk-concurrency.sqlite3"
+    mine, theirs = Observed(), Observed()
+    samples = interleave(
+        {
+            "ours": lambda: site_wall(count, mine),
+            "peer": lambda: sdk_wall(count, path, theirs),
+        },
+        repeats,
+    )
+    ideal = Samples([[IDEAL] for _ in range(repeats)])
+    ours, peer = samples["ours"], samples["peer"]
+    waited = sum(mine.waits) / ((repeats + 1) * count)  # the warm-up's runs waited too
+    longest = max(mine.waits, default=0.0)
+    return [
+        compared(
+            BENCHMARK,
+            f"{count} concurrent runs, agentsite: wall ÷ ideal",
+            f"{_wall(ours)} ({_efficiency(ours)})",
+            f"ideal {IDEAL:.2f} s",
+            ratio(ours, ideal),
+            f"{count} runs through the in-process executor at once, each 2 model calls of "
+            f"{SLOW_LATENCY * 1000:.0f} ms; efficiency = ideal ÷ wall. CPU busy "
+            f"{mine.cpu_share()} over the wall. SQLite writers waited {waited * 1000:.1f} ms "
+            f"per run for the write lock (summed over threads, in the transactions Django opens; "
+            f"longest wait {longest * 1000:.0f} ms)",
+            EFFICIENT,
+        ),
+        compared(
+            BENCHMARK,
+            f"{count} concurrent runs, bare SDK: wall ÷ ideal",
+            f"{_wall(peer)} ({_efficiency(peer)})",
+            f"ideal {IDEAL:.2f} s",
+            ratio(peer, ideal),
+            f"the same {count} runs as Runner.run calls gathered on one loop, a SQLiteSession "
+            f"each (one file): what the SDK itself achieves here. CPU busy {theirs.cpu_share()} "
+            "over the wall",
+        ),
+        compared(
+            BENCHMARK,
+            f"{count} concurrent runs, agentsite ÷ bare SDK",
+            _wall(ours),
+            _wall(peer),
+            ratio(ours, peer),
+            "wall time of all runs, ours ÷ the SDK's",
+        ),
+    ]
+
+
+def _wall(samples: Samples) -> str:
+    return f"wall {statistics.median(samples.flat()):.2f} s"
+
+
+def _efficiency(samples: Samples) -> str:
+    return f"efficiency {IDEAL / statistics.median(samples.flat()):.0%}"

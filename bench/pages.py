@@ -1,0 +1,276 @@
+"""Pages: the reviewers' inbox rendered on a full database, and its websocket push.
+
+- Render: server time of `GET /inbox/` and `GET /inbox/history/` through Django's test Client
+  (every middleware, the session, the template), first with a few requests, then with 1,000
+  pending and 100,000 decided ones. Peer: the login page through the same stack, the least a
+  page costs here.
+- Push: reviewers connected to the inbox socket through channels' `WebsocketCommunicator`;
+  an `approval.created` event is published as the run engine publishes it, and each
+  reviewer's wait for its fragment is timed. Peer: as many plain channels in a group of the
+  same channel layer, receiving the same message: the layer's own delivery cost.
+
+Until the inbox exists (issues 4 and 5) the rows say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+import uuid
+from typing import Any
+
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.db import transaction
+from django.test import Client
+from django.urls import NoReverseMatch, reverse
+
+from agentsite import events
+from approvals.models import (
+    AgentRun,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalStatus,
+    RunStatus,
+    arguments_hash,
+)
+from bench import site
+from bench.harness import (
+    Config,
+    Row,
+    arun,
+    compared,
+    interleave,
+    median_of,
+    ms,
+    note,
+    ratio,
+    timed,
+)
+from conversations.models import Conversation
+
+BENCHMARK = "pages"
+TOOLS = ("refund_order", "cancel_order", "wire_money")
+ARGUMENTS = {"order_id": 42}
+
+
+def unavailable() -> str | None:
+    """Why the pages cannot be measured yet, or None."""
+    try:
+        reverse("inbox")
+        reverse("inbox_history")
+        consumers = importlib.import_module("approvals.consumers")
+    except (NoReverseMatch, ImportError) as exc:
+        return f"not yet measured — inbox/trace pages land in issues 4/5 ({exc})"
+    if not hasattr(consumers, "InboxConsumer"):
+        return "not yet measured — inbox/trace pages land in issues 4/5 (no InboxConsumer)"
+    return None
+
+
+def run(config: Config) -> list[Row]:
+    reason = unavailable()
+    if reason:
+        return [note(BENCHMARK, "inbox render, websocket push", reason)]
+    try:
+        return measure(config)
+    except Exception as exc:  # the pages are being built while this suite runs
+        return [note(BENCHMARK, "inbox render, websocket push", f"not measured: {exc!r}")]
+
+
+def measure(config: Config) -> list[Row]:
+    reviewer = site.reviewer()
+    data = Data(reviewer)
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(reviewer)
+    repeats = config.pick(3, 5)
+    count = config.pick(3, 6)
+    rows: list[Row] = []
+
+    data.add(pending=10, decided=10)
+    rows.append(render_row(client, "/inbox/", "10 pending", repeats, count))
+
+    pending, decided = config.pick((100, 2_000), (1_000, 100_000))
+    data.add(pending=pending - 10, decided=decided - 10)
+    scale = f"{pending:,} pending + {decided:,} decided"
+    rows.append(render_row(client, "/inbox/", scale, repeats, count))
+    rows.append(render_row(client, "/inbox/history/", scale, repeats, count))
+    rows.append(push_row(config, data, reviewer))
+    return rows
+
+
+class Data:
+    """Approval requests in bulk, spread over a few runs of one conversation."""
+
+    def __init__(self, reviewer: Any) -> None:
+        self.reviewer = reviewer
+        conversation = Conversation.objects.create(agent_name="bench_approval", owner=reviewer)
+        self.runs = AgentRun.objects.bulk_create(
+            AgentRun(
+                conversation=conversation,
+                agent_name="bench_approval",
+                input="Please refund order 42.",
+                status=RunStatus.WAITING,
+                trace_id=f"trace_{uuid.uuid4().hex}",
+                requested_by=reviewer,
+            )
+            for _ in range(50)
+        )
+        self.made = 0
+        self.hash = arguments_hash(ARGUMENTS)
+
+    def request(self, status: str = ApprovalStatus.PENDING) -> ApprovalRequest:
+        self.made += 1
+        decided = status != ApprovalStatus.PENDING
+        return ApprovalRequest(
+            run=self.runs[self.made % len(self.runs)],
+            pause=1,
+            call_id=f"call_{self.made}",
+            agent_name="Bench approval",
+            tool_name=TOOLS[self.made % len(TOOLS)],
+            arguments=ARGUMENTS,
+            arguments_hash=self.hash,
+            status=status,
+            decided_by=self.reviewer if decided else None,
+        )
+
+    def add(self, pending: int, decided: int) -> None:
+        with transaction.atomic():
+            ApprovalRequest.objects.bulk_create(
+                (self.request() for _ in range(pending)), batch_size=2000
+            )
+            statuses = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED)
+            made = ApprovalRequest.objects.bulk_create(
+                (self.request(statuses[i % 2]) for i in range(decided)), batch_size=2000
+            )
+            ApprovalDecision.objects.bulk_create(
+                (
+                    ApprovalDecision(
+                        request=request,
+                        reviewer=self.reviewer,
+                        approved=request.status == ApprovalStatus.APPROVED,
+                        arguments_hash=self.hash,
+                    )
+                    for request in made
+                ),
+                batch_size=2000,
+            )
+
+
+def get(client: Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 200, (path, response.status_code)
+
+
+def render_row(client: Client, path: str, scale: str, repeats: int, count: int) -> Row:
+    login = reverse("login")
+    samples = interleave(
+        {
+            "ours": lambda: timed(lambda: get(client, path), count),
+            "peer": lambda: timed(lambda: get(client, login), count),
+        },
+        repeats,
+    )
+    ours, peer = samples["ours"], samples["peer"]
+    return compared(
+        BENCHMARK,
+        f"GET {path}, {scale}",
+        f"p50 {ms(ours.percentile(50))}, p99 {ms(ours.percentile(99))}",
+        f"p50 {ms(peer.percentile(50))}, p99 {ms(peer.percentile(99))}",
+        ratio(ours, peer, median_of),
+        f"server time to render {path} for a reviewer (test Client: middleware, session, "
+        f"queries, template) with {scale} requests ÷ the login page through the same stack",
+    )
+
+
+def push_row(config: Config, data: Data, reviewer: Any) -> Row:
+    from approvals.consumers import InboxConsumer
+
+    listeners = config.pick(10, 50)
+    pushes = config.pick(3, 6)
+    repeats = config.pick(2, 4)
+    layer = get_channel_layer()
+    group = f"bench.{uuid.uuid4().hex}"
+
+    async def connect() -> tuple[list[WebsocketCommunicator], list[str]]:
+        sockets = []
+        for _ in range(listeners):
+            socket = WebsocketCommunicator(InboxConsumer.as_asgi(), "/ws/inbox/?show=pending")
+            socket.scope["user"] = reviewer
+            connected, _ = await socket.connect(timeout=10)
+            assert connected, "the inbox socket refused a reviewer"
+            sockets.append(socket)
+        channels = [await layer.new_channel() for _ in range(listeners)]
+        for channel in channels:
+            await layer.group_add(group, channel)
+        return sockets, channels
+
+    sockets, channels = arun(connect())
+
+    def ours() -> list[float]:
+        times: list[float] = []
+        for _ in range(pushes):
+            request = ApprovalRequest.objects.bulk_create([data.request()])[0]
+            event = events.ApprovalCreated(
+                request_id=request.pk,
+                run_id=request.run_id,
+                conversation_id=request.run.conversation_id,
+                agent_name=request.agent_name,
+                tool_name=request.tool_name,
+                call=request.call_display(),
+                created=request.created,
+                expires_at=request.expires_at,
+            )
+            times.extend(arun(delivered(sockets, lambda e=event: events.publish([e]))))
+        return times
+
+    def peer() -> list[float]:
+        message = {"type": "approval.created", "event": {"request_id": 1}}
+        times: list[float] = []
+        for _ in range(pushes):
+            times.extend(
+                arun(delivered(channels, lambda: layer.group_send(group, message), layer=layer))
+            )
+        return times
+
+    try:
+        samples = interleave({"ours": ours, "peer": peer}, repeats)
+    finally:
+
+        async def close() -> None:
+            for socket in sockets:
+                await socket.disconnect()
+            for channel in channels:
+                await layer.group_discard(group, channel)
+
+        arun(close())
+    mine, theirs = samples["ours"], samples["peer"]
+    return compared(
+        BENCHMARK,
+        f"websocket push, {listeners} reviewers connected",
+        f"p50 {ms(mine.percentile(50))}, p99 {ms(mine.percentile(99))}",
+        f"p50 {ms(theirs.percentile(50))}, p99 {ms(theirs.percentile(99))}",
+        ratio(mine, theirs, median_of),
+        f"from publishing approval.created to each of {listeners} inbox sockets receiving its "
+        "rendered row (p50/p99 over every reviewer and push) ÷ the channel layer alone "
+        f"delivering a message to {listeners} plain channels",
+    )
+
+
+async def delivered(listeners: list[Any], publish: Any, layer: Any = None) -> list[float]:
+    """Seconds from `publish()` until each listener received its message."""
+    arrived: list[float] = []
+
+    async def wait(listener: Any) -> None:
+        if layer is None:
+            await listener.receive_from(timeout=30)
+        else:
+            await layer.receive(listener)
+        arrived.append(time.perf_counter())
+
+    waiting = [asyncio.create_task(wait(listener)) for listener in listeners]
+    await asyncio.sleep(0)
+    started = time.perf_counter()
+    await publish()
+    await asyncio.gather(*waiting)
+    return [moment - started for moment in arrived]

@@ -1,0 +1,246 @@
+"""Session store: `DjangoSession` against the SDK's `SQLiteSession`, on the same work.
+
+Both store in SQLite files in the same directory (agentsite's database; a file of its own for
+`SQLiteSession`), with the items a real turn stores: a user message, a tool call, its output
+and an assistant message. The large conversations are built with one bulk insert each, not
+with `add_items`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+from typing import Any, cast
+
+from agents import SQLiteSession
+from agents.items import TResponseInputItem
+from agents.memory.session import SessionABC
+from django.db import transaction
+
+from bench.harness import (
+    Config,
+    Contender,
+    Goal,
+    Row,
+    Samples,
+    arun,
+    atimed,
+    compared,
+    interleave,
+    note,
+    ops_per_second,
+    ratio,
+)
+from conversations.models import Conversation, SessionItem
+from conversations.session import DjangoSession
+
+BENCHMARK = "session store"
+AS_FAST = Goal(1.0, "≤ 1.0× (as fast as SQLiteSession)")
+FLAT = Goal(1.25, "≤ 1.25× (flat)")
+
+TURN_ITEMS: list[dict[str, Any]] = [
+    {"role": "user", "content": "Where is my order 7? It was due yesterday."},
+    {
+        "type": "function_call",
+        "call_id": "call_7f3a9c",
+        "name": "lookup_order",
+        "arguments": '{"order_id":7}',
+        "id": "fc_7f3a9c",
+        "status": "completed",
+    },
+    {
+        "type": "function_call_output",
+        "call_id": "call_7f3a9c",
+        "output": "Order 7 shipped yesterday with tracking number 1Z999AA10123456784.",
+    },
+    {
+        "type": "message",
+        "id": "msg_51c2",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {
+                "type": "output_text",
+                "text": "Order 7 shipped yesterday; the tracking number is 1Z999AA10123456784.",
+                "annotations": [],
+            }
+        ],
+    },
+]
+
+
+def items(count: int) -> list[TResponseInputItem]:
+    return [cast("TResponseInputItem", TURN_ITEMS[i % len(TURN_ITEMS)]) for i in range(count)]
+
+
+class RelaxedSQLiteSession(SQLiteSession):
+    """`SQLiteSession` with agentsite's durability: SQLite's own default in WAL mode
+    (synchronous=FULL) syncs the disk at every commit; agentsite's settings use NORMAL, which
+    does not. For writes, this peer shows what is left when both skip that sync."""
+
+    @staticmethod
+    def _configure_connection(conn: sqlite3.Connection) -> None:
+        SQLiteSession._configure_connection(conn)
+        conn.execute("PRAGMA synchronous=NORMAL")
+
+
+class Stores:
+    """One conversation per case in each store, filled in bulk."""
+
+    def __init__(self, config: Config) -> None:
+        self.sqlite_path = config.workdir / "sdk-sessions.sqlite3"
+        self.relaxed_path = config.workdir / "sdk-sessions-normal-sync.sqlite3"
+
+    def django(self, session_id: str, fill: int = 0) -> DjangoSession:
+        if fill:
+            with transaction.atomic():
+                conversation = Conversation.objects.create(
+                    session_id=session_id, agent_name="bench_tool"
+                )
+                SessionItem.objects.bulk_create(
+                    (SessionItem(conversation=conversation, payload=item) for item in items(fill)),
+                    batch_size=5000,
+                )
+        return DjangoSession(session_id)
+
+    def sqlite(self, session_id: str, fill: int = 0) -> SQLiteSession:
+        session = SQLiteSession(session_id, self.sqlite_path)  # creates the tables
+        if fill:
+            with sqlite3.connect(self.sqlite_path) as db:
+                db.execute("INSERT INTO agent_sessions (session_id) VALUES (?)", (session_id,))
+                db.executemany(
+                    "INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
+                    ((session_id, json.dumps(item)) for item in items(fill)),
+                )
+        return session
+
+    def relaxed(self, session_id: str, fill: int = 0) -> SQLiteSession:
+        session = RelaxedSQLiteSession(session_id, self.relaxed_path)
+        if fill:
+            with sqlite3.connect(self.relaxed_path) as db:
+                db.execute("INSERT INTO agent_sessions (session_id) VALUES (?)", (session_id,))
+                db.executemany(
+                    "INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
+                    ((session_id, json.dumps(item)) for item in items(fill)),
+                )
+        return session
+
+
+def _sqlalchemy_note() -> Row:
+    if importlib.util.find_spec("aiosqlite") is None:
+        why = (
+            "skipped: SQLAlchemySession on SQLite needs aiosqlite, which openai-agents[sqlalchemy] "
+            "does not include (it brings SQLAlchemy and asyncpg only), so it is not installed"
+        )
+    else:
+        why = "skipped: not measured by this suite yet"
+    return note(BENCHMARK, "vs SQLAlchemySession (aiosqlite)", why)
+
+
+def adding(session: SessionABC, batch: list[TResponseInputItem], count: int) -> Contender:
+    return lambda: arun(atimed(lambda: session.add_items(batch), count))
+
+
+def reading(session: SessionABC, count: int) -> Contender:
+    return lambda: arun(atimed(lambda: session.get_items(limit=20), count))
+
+
+def popping(session: SessionABC, count: int) -> Contender:
+    return lambda: arun(atimed(session.pop_item, count))
+
+
+def run(config: Config) -> list[Row]:
+    repeats = config.pick(3, 15)
+    stores = Stores(config)
+    rows: list[Row] = []
+
+    # add_items: a batch of 1, 10, 100 items, appended to a growing conversation.
+    for size, count in (
+        (1, config.pick(10, 60)),
+        (10, config.pick(8, 40)),
+        (100, config.pick(3, 12)),
+    ):
+        batch = items(size)
+        samples = interleave(
+            {
+                "ours": adding(stores.django(f"add-{size}"), batch, count),
+                "peer": adding(stores.sqlite(f"add-{size}"), batch, count),
+                "relaxed": adding(stores.relaxed(f"add-{size}"), batch, count),
+            },
+            repeats,
+        )
+        rows.append(_row(f"add_items({size})", samples, f"appending {size} item(s) in one call"))
+        rows.append(_relaxed_row(f"add_items({size})", samples))
+
+    # get_items(limit=20): the last 20 items, from ever longer conversations.
+    sizes = config.pick((10, 1_000, 10_000), (10, 1_000, 100_000))
+    count = config.pick(10, 60)
+    contenders = {}
+    for size in sizes:
+        contenders[f"ours-{size}"] = reading(stores.django(f"get-{size}", fill=size), count)
+        contenders[f"peer-{size}"] = reading(stores.sqlite(f"get-{size}", fill=size), count)
+    samples = interleave(contenders, repeats)
+    for size in sizes:
+        rows.append(
+            _row(
+                f"get_items(limit=20), {size:,} items",
+                {"ours": samples[f"ours-{size}"], "peer": samples[f"peer-{size}"]},
+                f"reading the last 20 items of a {size:,}-item conversation",
+            )
+        )
+    largest, smallest = sizes[-1], sizes[0]
+    for who, label, goal in (("ours", "DjangoSession", FLAT), ("peer", "SQLiteSession", None)):
+        rows.append(
+            compared(
+                BENCHMARK,
+                f"{label}: get_items(limit=20) at {largest:,} ÷ at {smallest}",
+                ops_per_second(samples[f"{who}-{largest}"]),
+                ops_per_second(samples[f"{who}-{smallest}"]),
+                ratio(samples[f"{who}-{largest}"], samples[f"{who}-{smallest}"]),
+                f"how {label} slows as a conversation grows {largest // smallest:,}-fold "
+                f"(here 'peer' is the same store at {smallest} items); 1.00× is perfectly flat",
+                goal,
+            )
+        )
+
+    # pop_item: remove the newest item, from a conversation that has plenty.
+    count = config.pick(10, 40)
+    needed = (repeats + 1) * count + 100
+    samples = interleave(
+        {
+            "ours": popping(stores.django("pop", fill=needed), count),
+            "peer": popping(stores.sqlite("pop", fill=needed), count),
+            "relaxed": popping(stores.relaxed("pop", fill=needed), count),
+        },
+        repeats,
+    )
+    rows.append(_row("pop_item()", samples, "removing and returning the newest item"))
+    rows.append(_relaxed_row("pop_item()", samples))
+    rows.append(_sqlalchemy_note())
+    return rows
+
+
+def _row(case: str, samples: dict[str, Samples], what: str) -> Row:
+    return compared(
+        BENCHMARK,
+        case,
+        ops_per_second(samples["ours"]),
+        ops_per_second(samples["peer"]),
+        ratio(samples["ours"], samples["peer"]),
+        f"DjangoSession vs SQLiteSession, {what}: time per call, ours ÷ SQLiteSession's "
+        "(below 1: DjangoSession is faster)",
+        AS_FAST,
+    )
+
+
+def _relaxed_row(case: str, samples: dict[str, Samples]) -> Row:
+    return compared(
+        BENCHMARK,
+        f"{case}, vs SQLiteSession with synchronous=NORMAL",
+        ops_per_second(samples["ours"]),
+        ops_per_second(samples["relaxed"]),
+        ratio(samples["ours"], samples["relaxed"]),
+        "reference: the same calls against a SQLiteSession that, like agentsite's database, "
+        "does not sync the disk at each commit; what remains is the cost of the store itself",
+    )

@@ -1,0 +1,46 @@
+"""Helpers that drive agentsite's run engine the way its tests do."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+
+from agentsite import executor
+from conversations.models import Conversation
+
+
+@contextmanager
+def jobs_recorded() -> Iterator[list[tuple[str, int]]]:
+    """Jobs handed to the executor are recorded instead of run, so the benchmark runs them
+    itself and the executor's scheduling does not blur the measurement."""
+    submitted: list[tuple[str, int]] = []
+    original = executor.submit
+    executor.submit = lambda job, run_id: submitted.append((job, run_id))
+    try:
+        yield submitted
+    finally:
+        executor.submit = original
+
+
+def conversation(agent_name: str) -> Conversation:
+    return Conversation.objects.create(agent_name=agent_name)
+
+
+def reviewer() -> Any:
+    """A user allowed to decide approval requests."""
+    user = get_user_model().objects.create_user(username=f"rita-{uuid.uuid4().hex[:8]}")
+    user.user_permissions.add(
+        Permission.objects.get(
+            codename="decide_approvalrequest", content_type__app_label="approvals"
+        )
+    )
+    return get_user_model().objects.get(pk=user.pk)  # without a stale permission cache
+
+
+def sdk_session_id() -> str:
+    return f"sdk-{uuid.uuid4().hex}"

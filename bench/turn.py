@@ -1,0 +1,107 @@
+"""Turn overhead: one agent turn with one tool call, on a model with no latency.
+
+Peer: the bare SDK, `Runner.run` on a `SQLiteSession` file with tracing disabled.
+Ours: agentsite's whole path, `runs.start_run` (the run row, its "queued" event) then
+`runs.execute` (claim, stream the agent on a `DjangoSession`, save the result, events), with
+trace export when the site has one. Jobs are recorded instead of scheduled, and the
+benchmark awaits `runs.execute` itself. A turn is two model calls: the tool call, the reply.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agents import RunConfig, Runner, SQLiteSession
+from agents.tracing.processor_interface import TracingProcessor
+
+from agentsite import runs
+from approvals.models import AgentRun, RunStatus
+from bench import site, tracing_setup
+from bench.agents import TOOL_AGENT
+from bench.harness import Config, Goal, Row, arun, compared, interleave, median_of, ms, ratio
+
+BENCHMARK = "turn overhead"
+GOAL = Goal(1.5, "≤ 1.5×")
+QUESTION = "Where is my order 7?"
+
+
+def site_turns(
+    count: int, processors: list[TracingProcessor], *, tracing: bool = True
+) -> list[float]:
+    """`count` turns through agentsite in one conversation; seconds per turn. Spans go to
+    `processors`, and their final flush is charged to the last turn; with `tracing` off, the
+    SDK makes no spans at all."""
+    conversation = site.conversation("bench_tool")
+
+    async def turns() -> list[float]:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            run = await runs.astart_run(conversation, QUESTION)
+            await runs.execute(run.pk)
+            times.append(time.perf_counter() - started)
+        return times
+
+    switch = tracing_setup.processors(processors) if tracing else tracing_setup.disabled()
+    with site.jobs_recorded(), switch:
+        times = arun(turns())
+        started = time.perf_counter()
+        tracing_setup.flush(processors)
+        times[-1] += time.perf_counter() - started
+    last = AgentRun.objects.filter(conversation=conversation).latest("pk")
+    assert last.status == RunStatus.COMPLETED, (last.status, last.error)
+    return times
+
+
+def sdk_turns(count: int, path: Path) -> list[float]:
+    """`count` turns of the bare SDK on one `SQLiteSession`; seconds per turn."""
+    session = SQLiteSession(site.sdk_session_id(), path)
+    config = RunConfig(tracing_disabled=True)
+
+    async def turns() -> list[float]:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            result = await Runner.run(TOOL_AGENT, QUESTION, session=session, run_config=config)
+            times.append(time.perf_counter() - started)
+            assert result.final_output == "Done.", result.final_output
+        return times
+
+    return arun(turns())
+
+
+def run(config: Config) -> list[Row]:
+    repeats = config.pick(3, 15)
+    count = config.pick(5, 20)
+    path = config.workdir / "sdk-turns.sqlite3"
+    processors, tracing_words = tracing_setup.site_processors()
+    samples = interleave(
+        {
+            "ours": lambda: site_turns(count, processors),
+            "peer": lambda: sdk_turns(count, path),
+        },
+        repeats,
+    )
+    ours, peer = samples["ours"], samples["peer"]
+    return [
+        compared(
+            BENCHMARK,
+            "one turn, one tool call (mean per turn)",
+            ms(ours.mean()),
+            ms(peer.mean()),
+            ratio(ours, peer),
+            "time of a whole turn, agentsite's path (start_run + execute, DjangoSession, saved "
+            f"run, events, {tracing_words}) ÷ the bare SDK's (Runner.run + SQLiteSession, "
+            "tracing disabled); ours − peer is what agentsite adds to every turn",
+            GOAL,
+        ),
+        compared(
+            BENCHMARK,
+            "one turn, one tool call (median per turn)",
+            ms(median_of(ours.flat())),
+            ms(median_of(peer.flat())),
+            ratio(ours, peer, median_of),
+            "the same turns, medians: the typical turn, without the slow outliers",
+        ),
+    ]
