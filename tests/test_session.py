@@ -10,6 +10,7 @@ from agents import Agent, Runner, function_tool
 from agents.memory.session_settings import SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 from django.db import connection
+from django.utils import timezone
 from django.test.utils import CaptureQueriesContext
 
 from conversations.models import Conversation, SessionItem
@@ -33,6 +34,9 @@ async def test_it_creates_the_conversation_on_first_use() -> None:
     conversation = await Conversation.objects.aget(session_id="support_ticket_456")
     assert conversation.agent_name == "support"
     assert await session.get_items() == [user_message("hello")]
+    item = await SessionItem.objects.aget(conversation=conversation)
+    assert item.payload == user_message("hello")
+    assert abs((timezone.now() - item.created).total_seconds()) < 60
 
 
 async def test_it_records_the_owner_given_at_creation() -> None:
