@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.db.models import Subquery
 from django.utils import timezone
 
-from agentsite.db import db_hop
+from agentsite.db import db_thread
 from conversations.models import Conversation, SessionItem
 
 logger = logging.getLogger(__name__)
@@ -90,26 +90,26 @@ class DjangoSession(SessionABC):
         effective = resolve_session_limit(limit, self.session_settings)
         if effective == 0:
             return []
-        return await db_hop(self._get_items_sync)(effective)
+        return await db_thread(self._get_items_sync)(effective)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if not items:
             return
         # Copied before the hop, so a caller that mutates its list later changes nothing.
         batch = list(items)
-        await _await_mutation(db_hop(self._add_items_sync)(batch))
+        await _await_mutation(db_thread(self._add_items_sync)(batch))
 
     async def pop_item(self) -> TResponseInputItem | None:
         return await self._pop_item_with_validation()
 
     async def clear_session(self) -> None:
-        await _await_mutation(db_hop(self._clear_sync)())
+        await _await_mutation(db_thread(self._clear_sync)())
 
     async def _pop_item_with_validation(
         self, validate: Callable[[TResponseInputItem], None] | None = None
     ) -> TResponseInputItem | None:
         """Pop the newest item; if `validate` raises, nothing is removed."""
-        return await _await_mutation(db_hop(self._pop_sync)(validate))
+        return await _await_mutation(db_thread(self._pop_sync)(validate))
 
     # --- the synchronous halves, each run whole in one worker thread -----------------------
 
@@ -157,18 +157,19 @@ class DjangoSession(SessionABC):
             conversation_pk = self._lock_conversation(create=False)
             if conversation_pk is None:
                 return None
-            newest = (
-                SessionItem.objects.filter(conversation_id=conversation_pk)
-                .order_by("-id")
-                .values_list("id", "payload")
-                .first()
+            newest = _fetch(
+                f"SELECT id, payload FROM {_ITEMS} WHERE conversation_id = %s "
+                "ORDER BY id DESC LIMIT 1",
+                [conversation_pk],
             )
-            if newest is None:
+            if not newest:
                 return None
-            item_pk, payload = newest
+            item_pk, value = newest[0]
+            payload = json.loads(value) if isinstance(value, (str, bytes)) else value
             if validate is not None:
                 validate(payload)
-            SessionItem.objects.filter(pk=item_pk).delete()
+            with connection.cursor() as cursor:
+                cursor.execute(f"DELETE FROM {_ITEMS} WHERE id = %s", [item_pk])
             return payload
 
     def _clear_sync(self) -> None:
@@ -187,11 +188,18 @@ class DjangoSession(SessionABC):
         """
         now = timezone.now()
         rows = Conversation.objects.filter(session_id=self.session_id)
-        if (
-            self._conversation_pk is not None
-            and rows.filter(pk=self._conversation_pk).update(updated=now) == 1
-        ):
-            return self._conversation_pk
+        if self._conversation_pk is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {_CONVERSATIONS} SET updated = %s WHERE id = %s AND session_id = %s",
+                    [
+                        connection.ops.adapt_datetimefield_value(now),
+                        self._conversation_pk,
+                        self.session_id,
+                    ],
+                )
+                if cursor.rowcount == 1:
+                    return self._conversation_pk
         if create:
             conversation, created = Conversation.objects.get_or_create(
                 session_id=self.session_id,
