@@ -223,6 +223,8 @@ class ApprovalDecision(models.Model):
 
     class Meta:
         ordering = ["-created"]
+        # The history tab pages through every decision newest first.
+        indexes = [models.Index(fields=["-created", "-id"], name="decision_created")]
 
     def __str__(self) -> str:
         verb = "approved" if self.approved else "rejected"
