@@ -17,5 +17,9 @@ def agentsite(request: HttpRequest) -> dict[str, Any]:
         "model_provider": info,
         "offline_demo_model": info.offline,
         "is_reviewer": is_reviewer(user),
-        "can_view_traces": bool(user and user.has_perm("tracing.view_trace")),
+        "can_view_traces": bool(
+            user
+            and user.is_authenticated
+            and (user.is_staff or user.has_perm("tracing.view_trace"))
+        ),
     }

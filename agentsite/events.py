@@ -10,7 +10,9 @@ consumer's `approval_created` method), and the payload sits under "event".
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal
@@ -26,6 +28,16 @@ INBOX_GROUP = "inbox"
 
 def conversation_group(conversation_id: int) -> str:
     return f"conversation.{conversation_id}"
+
+
+# Channels accepts group names of ASCII letters, digits, hyphens, underscores and periods,
+# shorter than 100 characters. The SDK does not validate trace ids, so some may not fit.
+_TRACE_ID = re.compile(r"[A-Za-z0-9_.-]{1,90}")
+
+
+def trace_group(trace_id: str) -> str | None:
+    """The group of a trace's open pages, or None when its id cannot name a group."""
+    return f"trace.{trace_id}" if _TRACE_ID.fullmatch(trace_id) else None
 
 
 class Event(BaseModel):
@@ -85,6 +97,19 @@ class TextDelta(Event):
         return [conversation_group(self.conversation_id)]
 
 
+class TraceUpdated(Event):
+    """The exporter stored spans of this trace (a hint: pages re-read the trace)."""
+
+    type: Literal["trace.updated"] = "trace.updated"
+    trace_id: str
+    span_count: int
+    status: str
+
+    def groups(self) -> list[str]:
+        group = trace_group(self.trace_id)
+        return [group] if group else []
+
+
 async def publish(events: Iterable[Event]) -> None:
     """Send each event to its groups. Never raises: a lost hint costs nothing."""
     layer = get_channel_layer()
@@ -104,3 +129,38 @@ def publish_sync(events: Iterable[Event]) -> None:
     events = list(events)
     if events:
         async_to_sync(publish)(events)
+
+
+# Tasks scheduled by `publish_threadsafe` on the caller's own loop, referenced until done.
+_scheduled: set[asyncio.Future[None]] = set()
+
+
+def publish_threadsafe(events: Iterable[Event]) -> None:
+    """`publish` from any thread, e.g. the SDK's trace processor thread. Never raises, never
+    waits for delivery.
+
+    The in-memory channel layer is only safe on its own event loop: while the server's loop
+    runs (`executor.inprocess()` bound it), the events are sent from that loop. Otherwise
+    they go from this thread's running loop, if it has one, else through `publish_sync`.
+    """
+    try:
+        events = list(events)
+        if not events:
+            return
+        from agentsite import executor
+
+        server = executor.inprocess()._server_loop
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if server is not None and server.is_running() and server is not running:
+            asyncio.run_coroutine_threadsafe(publish(events), server)
+        elif running is not None:
+            task = running.create_task(publish(events))
+            _scheduled.add(task)
+            task.add_done_callback(_scheduled.discard)
+        else:
+            publish_sync(events)
+    except Exception:
+        logger.exception("Could not publish events from a thread")

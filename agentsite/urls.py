@@ -11,4 +11,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("conversations.urls")),
     path("", include("approvals.urls")),
+    path("", include("tracing.urls")),
 ]

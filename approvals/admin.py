@@ -84,7 +84,17 @@ RUN_STATE_FIELDS = (
     "state_signature",
     "pretty_state",
 )
-RUN_TRACE_FIELDS = ("trace_id", "pretty_usage")
+RUN_TRACE_FIELDS = ("trace_link", "pretty_usage")
+
+
+def trace_link(trace_id: str, *, show_id: bool = False) -> SafeString | str:
+    """A link to the trace viewer's page of this trace."""
+    if not trace_id:
+        return "-"
+    url = reverse("trace_detail", args=[trace_id])
+    if show_id:
+        return format_html('<a href="{}">View trace</a> <code>{}</code>', url, trace_id)
+    return format_html('<a href="{}">View trace</a>', url)
 
 
 @admin.register(AgentRun)
@@ -99,6 +109,7 @@ class AgentRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created",
         "updated",
         "finished",
+        "trace",
     ]
     list_filter = ["status", "agent_name", "approval_requests__tool_name"]
     search_fields = [
@@ -116,6 +127,14 @@ class AgentRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ]
     readonly_fields = RUN_FIELDS + RUN_STATE_FIELDS + RUN_TRACE_FIELDS
     inlines = [ApprovalRequestInline]
+
+    @admin.display(description="trace")
+    def trace(self, run: AgentRun) -> SafeString | str:
+        return trace_link(run.trace_id)
+
+    @admin.display(description="trace")
+    def trace_link(self, run: AgentRun) -> SafeString | str:
+        return trace_link(run.trace_id, show_id=True)
 
     @admin.display(description="state")
     def pretty_state(self, run: AgentRun) -> SafeString | str:

@@ -10,8 +10,8 @@ from agents import Agent, Runner, function_tool
 from agents.memory.session_settings import SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 from django.db import connection
-from django.utils import timezone
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from conversations.models import Conversation, SessionItem
 from conversations.session import DjangoSession

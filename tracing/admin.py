@@ -67,6 +67,7 @@ class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
         "total_tokens",
         "run_link",
         "group_id",
+        "view_link",
     ]
     list_filter = ["status", "workflow_name"]
     search_fields = ["=trace_id", "workflow_name", "=group_id"]
@@ -74,6 +75,7 @@ class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
     date_hierarchy = "started_at"
     fields = readonly_fields = (
         "trace_id",
+        "view_link",
         "workflow_name",
         "group_id",
         "status",
@@ -87,6 +89,11 @@ class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
         "updated",
     )
     inlines = [SpanInline]
+
+    @admin.display(description="viewer")
+    def view_link(self, trace: Trace) -> SafeString:
+        url = reverse("trace_detail", args=[trace.trace_id])
+        return format_html('<a href="{}">View trace</a>', url)
 
     @admin.display(description="run")
     def run_link(self, trace: Trace) -> SafeString | str:

@@ -10,7 +10,9 @@ each batch in one transaction with a bounded number of queries:
   arrive after its trace ended, and in another process the trace is not announced again;
 - spans are inserted in bulk, duplicates ignored;
 - the touched traces' start, end and token total are recomputed from their spans in one
-  UPDATE; a span with an error marks its trace as failed.
+  UPDATE; a span with an error marks its trace as failed;
+- once committed, each touched trace is announced (`events.TraceUpdated`), so its open
+  trace pages grow while the run executes.
 
 `export` never raises and never runs on an event loop. `install()` registers the processor
 once, at startup (`TracingConfig.ready`).
@@ -40,10 +42,11 @@ from django.db import (
     models,
     transaction,
 )
-from django.db.models import Max, Min, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, Max, Min, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentsite import events
 from approvals.models import AgentRun
 from tracing import redaction
 from tracing.models import Span, Trace, TraceStatus
@@ -84,6 +87,9 @@ class _Batch:
 
     def __len__(self) -> int:
         return len(self.traces) + len(self.spans)
+
+    def trace_ids(self) -> set[str]:
+        return set(self.traces) | {span.trace_id for span in self.spans.values()}
 
 
 class DatabaseExporter(TracingExporter):
@@ -147,6 +153,7 @@ class DatabaseExporter(TracingExporter):
         self.stats.batches += 1
         self.stats.traces += len(batch.traces)
         self.stats.spans += len(batch.spans)
+        _announce(batch.trace_ids())
 
     def _store_one_by_one(self, batch: _Batch) -> None:
         singles = [
@@ -163,10 +170,31 @@ class DatabaseExporter(TracingExporter):
                 self.stats.traces += len(single.traces)
                 self.stats.spans += len(single.spans)
         self.stats.batches += 1
+        _announce(batch.trace_ids())
 
     def _failed(self, count: int) -> None:
         self.stats.failures += 1
         self.stats.dropped_items += count
+
+
+def _announce(trace_ids: set[str]) -> None:
+    """Tell the touched traces' open pages, once what was written is committed. A lost
+    announcement costs nothing: pages re-read the trace when their socket reconnects."""
+    if not trace_ids:
+        return
+    try:
+        rows = (
+            Trace.objects.filter(trace_id__in=trace_ids)
+            .annotate(span_count=Count("spans"))
+            .values_list("trace_id", "status", "span_count")
+        )
+        updates = [
+            events.TraceUpdated(trace_id=trace_id, status=status, span_count=count)
+            for trace_id, status, count in rows
+        ]
+        transaction.on_commit(lambda: events.publish_threadsafe(updates))
+    except Exception:
+        logger.exception("Tracing: the stored traces could not be announced")
 
 
 def _only(mapping: dict[str, int], key: str) -> dict[str, int]:

@@ -5,15 +5,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0001_initial'),
+        ("approvals", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='approvaldecision',
-            index=models.Index(fields=['-created', '-id'], name='decision_created'),
+            model_name="approvaldecision",
+            index=models.Index(fields=["-created", "-id"], name="decision_created"),
         ),
     ]

@@ -1,0 +1,321 @@
+"""The trace viewer in a real Chromium against a real daphne server.
+
+A run that grows an open trace page must execute inside that server, so that its exporter
+announces each batch on the server's own channel layer: it is started the way a person
+starts one, by an end user's chat message POSTed to the server (`chat_send`), and its second
+half by a reviewer's approval POSTed to the server. Traces only looked at are made here: in
+the database, or by a demo run in this process whose spans are flushed before the page opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from django.db import connections
+from playwright.sync_api import expect
+
+from agentsite import runs
+from agentsite.demo.seed import seed_orders
+from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from tests.browser import log_in
+from tests.conftest import Traces
+from tests.factories import make_conversation, make_user
+from tests.test_runs import make_reviewer
+from tests.test_trace_views import (
+    HANDOFF_AND_TOOLS,
+    make_span,
+    make_trace,
+    make_viewer,
+    script_demo_model,
+)
+from tracing.models import Span, Trace
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+PASSWORD = "pass-for-tests"
+T = TypeVar("T")
+
+
+def in_thread(work: Callable[[], T]) -> T:
+    """Run `work` in a thread of its own: Playwright keeps an event loop running in the
+    test's thread, where neither `asyncio.run` nor the SDK's processor may run."""
+
+    def wrapped() -> T:
+        try:
+            return work()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(wrapped).result(timeout=30)
+
+
+def operator(username: str = "olga") -> Any:
+    user = make_viewer(username)
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+def open_trace(page: Any, live_site: Any, trace_id: str, username: str = "olga") -> None:
+    log_in(page, live_site, username, PASSWORD, then=f"/traces/{trace_id}/")
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+    expect(page.locator("#trace-tree.htmx-request")).to_have_count(0)  # the first re-sync
+
+
+def row(page: Any, span: Span) -> Any:
+    return page.locator(f'#trace-tree .row:has(> .name-cell a[data-span="{span.span_id}"])')
+
+
+def made_trace() -> tuple[Trace, dict[str, Span]]:
+    """A trace shaped like a demo run with a tool call and a handoff."""
+    trace = make_trace(workflow_name="agentsite: Support desk", total_tokens=612)
+    task = make_span(trace, "task", "agentsite: Support desk", end=1.2)
+    desk = make_span(trace, "agent", "Support desk", parent=task, start=0.01, end=0.6)
+    turn = make_span(trace, "turn", "turn 1: Support desk", parent=desk, start=0.02, end=0.6)
+    generation = make_span(
+        trace,
+        "generation",
+        "offline-demo",
+        parent=turn,
+        start=0.03,
+        end=0.4,
+        span_data={
+            "type": "generation",
+            "model": "offline-demo",
+            "usage": {"input_tokens": 201, "output_tokens": 9},
+            "output": [{"type": "function_call", "name": "lookup_order"}],
+        },
+    )
+    tool = make_span(
+        trace,
+        "function",
+        "lookup_order",
+        parent=turn,
+        start=0.41,
+        end=0.5,
+        span_data={
+            "type": "function",
+            "name": "lookup_order",
+            "input": '{"order_id": 7}',
+            "output": "Order 7 for Chen Wei: Noise-cancelling headphones, status shipped.",
+        },
+    )
+    handoff = make_span(
+        trace,
+        "handoff",
+        "Support desk → Billing",
+        parent=turn,
+        start=0.55,
+        end=0.56,
+        span_data={"type": "handoff", "from_agent": "Support desk", "to_agent": "Billing"},
+    )
+    billing = make_span(trace, "agent", "Billing", parent=task, start=0.6, end=1.2)
+    spans = {
+        "task": task,
+        "desk": desk,
+        "turn": turn,
+        "generation": generation,
+        "tool": tool,
+        "handoff": handoff,
+        "billing": billing,
+    }
+    Span.objects.bulk_create(spans.values())
+    return trace, spans
+
+
+def test_a_subtree_folds_and_unfolds_and_a_span_opens_its_details(
+    live_site: Any, page: Any
+) -> None:
+    operator()
+    trace, spans = made_trace()
+
+    open_trace(page, live_site, trace.trace_id)
+    expect(page.locator("#trace-tree .row")).to_have_count(7)
+    expect(page.get_by_role("heading", name="agentsite: Support desk")).to_be_visible()
+    tool, handoff, billing = (
+        row(page, spans["tool"]),
+        row(page, spans["handoff"]),
+        row(page, spans["billing"]),
+    )
+    expect(tool).to_be_visible()
+
+    # Fold the Support desk agent: its turn and the turn's spans go, Billing stays.
+    row(page, spans["desk"]).locator(".caret").click()
+    for hidden in ("turn", "generation", "tool", "handoff"):
+        expect(row(page, spans[hidden])).to_be_hidden()
+    expect(billing).to_be_visible()
+    # And unfold it again.
+    row(page, spans["desk"]).locator(".caret").click()
+    expect(tool).to_be_visible()
+    expect(handoff).to_be_visible()
+
+    # "Collapse all" leaves the roots; "Expand all" brings everything back.
+    page.get_by_role("button", name="Collapse all").click()
+    expect(page.locator("#trace-tree .row:visible")).to_have_count(1)
+    page.get_by_role("button", name="Expand all").click()
+    expect(page.locator("#trace-tree .row:visible")).to_have_count(7)
+
+    page.evaluate("window.notReloaded = true")
+    tool.locator("a.span-link").click()
+    panel = page.get_by_role("complementary", name="Span details")
+    expect(panel).to_contain_text("lookup_order")
+    expect(panel.locator("pre.code").first).to_contain_text('"order_id": 7')
+    expect(panel).to_contain_text("Order 7 for Chen Wei")
+    expect(tool).to_have_class(re.compile(r"\bis-selected\b"))
+    expect(page).to_have_url(
+        re.compile(rf"/traces/{trace.trace_id}/spans/{spans['tool'].span_id}/$")
+    )
+
+    handoff.locator("a.span-link").click()
+    expect(panel.locator(".headline")).to_have_text("Support desk → Billing")
+    expect(handoff).to_have_class(re.compile(r"\bis-selected\b"))
+    expect(tool).not_to_have_class(re.compile(r"\bis-selected\b"))
+    assert page.evaluate("window.notReloaded") is True
+
+    # The span's URL is a page of its own.
+    page.reload()
+    expect(panel.locator(".headline")).to_have_text("Support desk → Billing")
+    expect(row(page, spans["handoff"])).to_have_class(re.compile(r"\bis-selected\b"))
+
+
+def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(
+    live_site: Any, page: Any, browser: Any
+) -> None:
+    seed_orders()
+    alice = make_user(username="alice", password=PASSWORD)
+    make_reviewer("rita")
+    operator()
+    conversation = make_conversation(owner=alice, agent_name="support")
+
+    # Alice sends a message through the server, which runs the agent on its own loop.
+    alices = browser.new_context(viewport={"width": 1280, "height": 860})
+    alice_page = alices.new_page()
+    alice_page.set_default_timeout(10_000)
+    log_in(alice_page, live_site, "alice", PASSWORD, then=f"/chats/{conversation.session_id}/")
+    sent = alice_page.request.post(
+        f"{live_site.url}/chats/{conversation.session_id}/messages/",
+        form={"text": "cancel order 42"},
+        headers={"X-CSRFToken": csrf_token(alices)},
+    )
+    assert sent.ok, sent.status
+    run = wait_for(lambda: AgentRun.objects.filter(conversation=conversation).first())
+
+    # The operator opens the run's trace at once: its spans are not stored yet.
+    open_trace(page, live_site, run.trace_id)
+    page.evaluate("window.notReloaded = true")
+    rows = page.locator("#trace-tree .row")
+    # Task, agent, turn, generation, and the call that waits for a reviewer.
+    expect(rows).to_have_count(5)
+    expect(rows.filter(has_text="cancel_order")).to_have_count(1)
+    expect(page.locator("#trace-summary .status")).to_have_text("Waiting")
+
+    # Rita approves, through the server too: the server resumes the run.
+    request = wait_for(lambda: ApprovalRequest.objects.filter(run=run).first())
+    ritas = browser.new_context()
+    rita_page = ritas.new_page()
+    rita_page.set_default_timeout(10_000)
+    log_in(rita_page, live_site, "rita", PASSWORD, then=f"/inbox/{request.pk}/")
+    decided = rita_page.request.post(
+        f"{live_site.url}/inbox/{request.pk}/decide/",
+        form={"action": "approve", "seen_hash": request.arguments_hash, "message": ""},
+        headers={"X-CSRFToken": csrf_token(ritas)},
+    )
+    assert decided.ok, decided.status
+
+    # The open page grows: the decision, then the resumed half, and the run ends OK.
+    expect(rows.filter(has_text="approve · rita")).to_have_count(1)
+    expect(rows.filter(has_text="resumed")).to_have_count(1)
+    expect(rows).to_have_count(5 + 1 + 5)
+    expect(page.locator("#trace-summary .status")).to_have_text("OK")
+    assert page.evaluate("window.notReloaded") is True
+    wait_for(lambda: AgentRun.objects.filter(pk=run.pk, status=RunStatus.COMPLETED).first())
+    alices.close()
+    ritas.close()
+
+
+def csrf_token(context: Any) -> str:
+    return next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
+
+
+def wait_for(find: Callable[[], T | None], within: float = 15) -> T:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        found = find()
+        if found is not None:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("not found in time")
+
+
+def test_screenshot_of_the_trace_viewer(
+    live_site: Any,
+    page: Any,
+    browser: Any,
+    traces: Traces,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/screenshots/traces.png: a demo run with a tool call and a handoff, its tool call
+    selected; and the same page on a phone, where the tree comes before the details."""
+    seed_orders()
+    monkeypatch.setattr("agentsite.executor.submit", lambda job, run_id: None)
+    operator()
+    chen = make_user(username="chen.wei")
+    conversation = make_conversation(owner=chen, agent_name="support")
+
+    def work() -> int:
+        earlier = runs.start_run(conversation, "where is order 7", chen)
+        script_demo_model(monkeypatch, [HANDOFF_AND_TOOLS[0], HANDOFF_AND_TOOLS[3]])
+        asyncio.run(runs.execute(earlier.pk))
+        script_demo_model(monkeypatch, HANDOFF_AND_TOOLS)
+        run = runs.start_run(conversation, "I was charged twice for order 7, refund $20", chen)
+        asyncio.run(runs.execute(run.pk))
+        traces.flush()
+        return run.pk
+
+    run = AgentRun.objects.get(pk=in_thread(work))
+    assert run.status == RunStatus.COMPLETED, run.error
+    tool = Span.objects.filter(trace_id=run.trace_id, name="lookup_order").get()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    open_trace(page, live_site, run.trace_id)
+    row(page, tool).locator("a.span-link").click()
+    panel = page.get_by_role("complementary", name="Span details")
+    expect(panel).to_contain_text("Order 7 for Chen Wei")
+    expect(row(page, tool)).to_have_class(re.compile(r"\bis-selected\b"))
+    page.mouse.move(0, 0)
+    page.screenshot(path=str(SCREENSHOTS / "traces.png"))
+
+    phone = browser.new_context(
+        viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True
+    )
+    phone_page = phone.new_page()
+    phone_page.set_default_timeout(10_000)
+    log_in(phone_page, live_site, "olga", PASSWORD, then=f"/traces/{run.trace_id}/")
+    row(phone_page, tool).locator("a.span-link").click()
+    expect(phone_page.get_by_role("complementary", name="Span details")).to_contain_text(
+        "lookup_order"
+    )
+    width = phone_page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the trace page scrolls sideways on a phone ({width}px)"
+    tree_box = phone_page.locator("#trace-tree").bounding_box()
+    panel_box = phone_page.locator("#span-panel").bounding_box()
+    assert tree_box and panel_box and panel_box["y"] >= tree_box["y"] + tree_box["height"]
+    phone_page.screenshot(path=str(SCREENSHOTS / "traces-phone.png"), full_page=True)
+
+    phone_page.goto(f"{live_site.url}/traces/")
+    expect(phone_page.locator("table.trace-table tbody tr")).to_have_count(2)
+    width = phone_page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the trace list scrolls sideways on a phone ({width}px)"
+    phone.close()
+    page.goto(f"{live_site.url}/traces/")
+    expect(page.locator("table.trace-table tbody tr")).to_have_count(2)
+    page.screenshot(path=str(SCREENSHOTS / "traces-list.png"))

@@ -1,0 +1,79 @@
+"""Template helpers of the trace viewer.
+
+`tree_rows` writes the rows of the tree and waterfall in Python: a trace can hold thousands
+of spans, and one formatted string per row is about twenty times faster than the same markup
+through the template engine. Every value taken from a span is escaped here.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+from urllib.parse import quote
+
+from django import template
+from django.utils.safestring import SafeString, mark_safe
+
+from tracing.tree import Row, Tree, format_duration
+
+register = template.Library()
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    return format_duration(seconds)
+
+
+@register.simple_tag
+def tree_rows(tree: Tree, span_url: str, selected_id: str = "") -> SafeString:
+    """The rows of `tree`: a span with children is the <summary> of a <details> that holds
+    them (so subtrees fold without JavaScript), a leaf is a plain row."""
+    return mark_safe("".join(_row(row, span_url, selected_id) for row in tree.rows))
+
+
+def _row(row: Row, span_url: str, selected_id: str) -> str:
+    span: Any = row.span
+    span_id = escape(span.span_id)
+    url = escape(span_url + quote(span.span_id, safe="") + "/")
+    classes = f"row kind-{row.kind}" if row.has_children else f"row leaf kind-{row.kind}"
+    if span.error is not None:
+        classes += " has-error"
+    if selected_id and span.span_id == selected_id:
+        classes += " is-selected"
+    label = "decision" if row.is_decision else escape(span.span_type)
+    flags = ""
+    if row.part > 1:
+        flags += '<span class="flag flag-quiet">resumed</span>'
+    if row.is_decision:
+        verdict = escape(str(getattr(span, "decision", "") or ""))
+        reviewer = escape(str(getattr(span, "reviewer", "") or ""))
+        flags += f'<span class="flag verdict-{verdict}">{verdict} · {reviewer}</span>'
+    if row.tripped:
+        flags += '<span class="flag flag-error">tripped</span>'
+    if span.error is not None:
+        flags += '<span class="flag flag-error">error</span>'
+    if row.orphan:
+        parent = escape(span.parent_id or "")
+        flags += (
+            f'<span class="flag flag-quiet" title="Its parent span {parent} is not in this '
+            'trace">no parent</span>'
+        )
+    open_bar = " is-open" if row.open else ""
+    cells = (
+        f'<span class="name-cell"><span class="caret" aria-hidden="true"></span>'
+        f'<a class="span-link" href="{url}" hx-get="{url}" data-span="{span_id}">'
+        f'<span class="type type-{row.kind}">{label}</span>'
+        f'<span class="span-name">{escape(span.name or span.span_type)}</span>{flags}</a></span>'
+        f'<span class="bar-cell"><span class="bar kind-{row.kind}{open_bar}" '
+        f'style="{row.bar_style}"></span><span class="bar-time is-{row.label_place}" '
+        f'style="{row.label_style}">{row.duration}</span></span>'
+    )
+    style = f'style="--depth: {row.depth}"'
+    if row.has_children:
+        html = (
+            f'<details class="node" id="node-{span_id}" open>'
+            f'<summary class="{classes}" {style}>{cells}</summary>\n'
+        )
+    else:
+        html = f'<div class="{classes}" {style}>{cells}</div>\n'
+    return html + "</details>" * row.closes
