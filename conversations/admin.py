@@ -5,7 +5,9 @@ import json
 from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.http import urlencode
 
 from conversations.models import Conversation, SessionItem
 
@@ -37,7 +39,7 @@ class SessionItemInline(admin.TabularInline):
 
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
-    list_display = ["session_id", "title", "owner", "agent_name", "item_count", "updated"]
+    list_display = ["session_id", "title", "owner", "agent_name", "item_count", "updated", "traces"]
     list_filter = ["agent_name", "created", "updated"]
     search_fields = ["session_id", "title", "owner__username", "owner__email"]
     readonly_fields = ["created", "updated"]
@@ -47,6 +49,11 @@ class ConversationAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return super().get_queryset(request).select_related("owner").annotate(_items=Count("items"))
+
+    @admin.display(description="traces")
+    def traces(self, conversation: Conversation) -> str:
+        url = reverse("trace_list") + "?" + urlencode({"conversation": conversation.session_id})
+        return format_html('<a href="{}">Traces</a>', url)
 
     @admin.display(description="items", ordering="_items")
     def item_count(self, conversation: Conversation) -> int:

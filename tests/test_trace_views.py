@@ -930,3 +930,20 @@ def test_the_admin_and_the_inbox_link_to_the_trace(traces: Traces, demo: None) -
     vic = Client()
     vic.force_login(both)
     assert link in text(vic.get(f"/inbox/{request.pk}/"))
+
+
+@pytest.mark.django_db
+def test_a_conversation_links_to_its_traces_for_operators(client: Any, admin_client: Any) -> None:
+    from tests.factories import make_conversation, make_user
+
+    alice = make_user(username="alice_links")
+    conversation = make_conversation(owner=alice)
+    traces_url = f"/traces/?conversation={conversation.session_id}"
+
+    client.force_login(alice)
+    assert traces_url not in client.get(f"/chats/{conversation.session_id}/").content.decode()
+    alice.is_staff = True
+    alice.save()
+    assert traces_url in client.get(f"/chats/{conversation.session_id}/").content.decode()
+    listing = admin_client.get("/admin/conversations/conversation/").content.decode()
+    assert traces_url in listing.replace("&amp;", "&")
