@@ -126,3 +126,13 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Any:
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
+
+
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Jobs handed to the executor, recorded instead of run, so each test drives them."""
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(
+        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
+    )
+    return calls

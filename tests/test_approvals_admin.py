@@ -36,16 +36,6 @@ def orders() -> None:
 
 
 @pytest.fixture
-def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Jobs handed to the executor, recorded instead of run."""
-    calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
-    )
-    return calls
-
-
-@pytest.fixture
 def admin_client(client: Client) -> Client:
     client.force_login(make_user(username="admin", is_staff=True, is_superuser=True))
     return client

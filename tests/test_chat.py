@@ -43,16 +43,6 @@ def fresh_registry() -> Iterator[None]:
 
 
 @pytest.fixture
-def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Jobs handed to the executor, recorded instead of run, so each test drives them."""
-    calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
-    )
-    return calls
-
-
-@pytest.fixture
 def alice() -> Any:
     return make_user(username="alice")
 

@@ -38,15 +38,6 @@ def quiet_server(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
     registry._cache.clear()
 
 
-@pytest.fixture
-def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
-    )
-    return calls
-
-
 def session_cookie(user: Any) -> tuple[bytes, bytes]:
     client = Client()
     client.force_login(user)

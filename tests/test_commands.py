@@ -34,16 +34,6 @@ def orders() -> None:
     seed_orders()
 
 
-@pytest.fixture
-def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Jobs handed to the executor, recorded instead of run, so each test drives them."""
-    calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
-    )
-    return calls
-
-
 def make_reviewer(username: str = "rita") -> Any:
     user = make_user(username=username)
     user.user_permissions.add(

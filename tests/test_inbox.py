@@ -92,16 +92,6 @@ def pause_run(text: str = "cancel order 42", owner: Any = None) -> AgentRun:
 
 
 @pytest.fixture
-def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Jobs handed to the executor, recorded instead of run, so each test drives them."""
-    calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
-    )
-    return calls
-
-
-@pytest.fixture
 def rita(client: Client) -> Any:
     reviewer = make_reviewer()
     client.force_login(reviewer)

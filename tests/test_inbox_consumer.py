@@ -29,15 +29,6 @@ async def fresh_layer() -> None:
     await get_channel_layer().flush()
 
 
-@pytest.fixture
-def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
-    )
-    return calls
-
-
 @sync_to_async
 def cookie_of(user: Any) -> tuple[bytes, bytes]:
     """The session cookie of `user`, logged in through Django's own session machinery."""

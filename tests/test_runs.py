@@ -47,16 +47,6 @@ def fresh_registry() -> Any:
     registry._cache.clear()
 
 
-@pytest.fixture
-def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Jobs handed to the executor, recorded instead of run, so each test drives them."""
-    calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
-    )
-    return calls
-
-
 def make_reviewer(username: str = "rita") -> Any:
     from django.contrib.auth import get_user_model
 
