@@ -215,6 +215,9 @@ AGENTSITE_AGENTS = env_mapping(
     "AGENTSITE_AGENTS", {"support": "agentsite.demo.agents.support_desk"}
 )
 
+# Seconds between the words the offline demo model streams (0: all at once).
+AGENTSITE_DEMO_STREAM_DELAY = env_float("AGENTSITE_DEMO_STREAM_DELAY", 0.03)
+
 # Encryption at rest for conversation items: a Fernet key (or another high-entropy secret).
 AGENTSITE_SESSION_ENCRYPTION_KEY = env_str("AGENTSITE_SESSION_ENCRYPTION_KEY")
 # How long an encrypted item stays readable, in seconds. 0 means no practical expiry: the

@@ -38,6 +38,7 @@ def setup_django(workdir: Path) -> None:
     os.environ["AGENTSITE_AGENTS"] = ",".join(f"{k}={v}" for k, v in REGISTRY.items())
     os.environ["AGENTSITE_EXECUTOR"] = "inprocess"
     os.environ["AGENTSITE_SWEEP_SECONDS"] = "0"
+    os.environ["AGENTSITE_DEMO_STREAM_DELAY"] = "0"
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     for name in (
         "OPENAI_API_KEY",

@@ -16,3 +16,7 @@ for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENTSITE_SESSION_ENCRYPTION_
 from agentsite.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Agents on the demo model answer at once in tests; the browser tests' server streams at a
+# visible pace, so its pages really receive a reply word by word.
+AGENTSITE_DEMO_STREAM_DELAY = 0.02 if os.environ.get("AGENTSITE_LIVE_TEST_SERVER") else 0.0

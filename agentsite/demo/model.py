@@ -12,6 +12,7 @@ re-cut into one `response.output_text.delta` per word so that streaming looks li
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -29,6 +30,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from agents.tool import Tool
 from agents.tracing import generation_span
 from agents.usage import Usage
+from django.conf import settings
 from openai.types.responses import (
     ResponseCompletedEvent,
     ResponseCreatedEvent,
@@ -175,12 +177,16 @@ class OfflineDemoModel(Model):
                 prompt=prompt,
             )
             sequence_number = 0
+            # A pause between words, so people watching the demo see it stream like a model.
+            delay = float(getattr(settings, "AGENTSITE_DEMO_STREAM_DELAY", 0) or 0)
             async for event in events:
                 if isinstance(event, ResponseCompletedEvent):
                     if tracing.include_data():
                         span.span_data.output = [_dump(item) for item in event.response.output]
                     span.span_data.usage = _span_usage(step.usage)
                 for piece in _rechunk(event):
+                    if delay and isinstance(piece, ResponseTextDeltaEvent):
+                        await asyncio.sleep(delay)
                     yield piece.model_copy(update={"sequence_number": sequence_number})
                     sequence_number += 1
         finally:
