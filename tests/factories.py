@@ -29,3 +29,19 @@ def make_conversation(**kwargs: Any) -> Conversation:
     kwargs.setdefault("session_id", f"conv_test_{_next()}")
     kwargs.setdefault("agent_name", "support")
     return Conversation.objects.create(**kwargs)
+
+
+def make_reviewer(username: str = "rita", password: str = "pass-for-tests") -> Any:
+    """A user who may decide tool calls (the permission `is_reviewer` checks); an existing
+    user of that name is made a reviewer instead."""
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.filter(username=username).first() or make_user(
+        username=username, password=password
+    )
+    user.user_permissions.add(
+        Permission.objects.get(
+            codename="decide_approvalrequest", content_type__app_label="approvals"
+        )
+    )
+    return type(user).objects.get(pk=user.pk)  # drop the permission cache

@@ -8,7 +8,6 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
@@ -23,7 +22,7 @@ from approvals.models import (
     RunStatus,
 )
 from conversations.session import DjangoSession
-from tests.factories import make_conversation, make_user
+from tests.factories import make_conversation, make_reviewer, make_user
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,16 +31,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def orders() -> None:
     seed_orders()
-
-
-def make_reviewer(username: str = "rita") -> Any:
-    user = make_user(username=username)
-    user.user_permissions.add(
-        Permission.objects.get(
-            codename="decide_approvalrequest", content_type__app_label="approvals"
-        )
-    )
-    return type(user).objects.get(pk=user.pk)  # drop the permission cache
 
 
 def queued_run(text: str = "cancel order 42") -> AgentRun:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
 
 from agentsite import executor, runs
 from agentsite.demo.models import Order, OrderEvent
@@ -21,7 +20,7 @@ from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, RunStatus
 from conversations.session import DjangoSession
 from tests import live
-from tests.factories import make_conversation, make_user
+from tests.factories import make_conversation, make_reviewer, make_user
 
 # The runs execute in other threads or another process: they must see committed rows.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,16 +32,6 @@ TIMEOUT = 20.0
 @pytest.fixture(autouse=True)
 def orders() -> None:
     seed_orders()
-
-
-def make_reviewer(username: str = "rita") -> Any:
-    user = make_user(username=username)
-    user.user_permissions.add(
-        Permission.objects.get(
-            codename="decide_approvalrequest", content_type__app_label="approvals"
-        )
-    )
-    return type(user).objects.get(pk=user.pk)  # drop the permission cache
 
 
 def wait_for(run: AgentRun, status: str, describe: Callable[[], str] = lambda: "") -> AgentRun:

@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -26,7 +25,7 @@ from approvals.models import (
     arguments_hash,
 )
 from conversations.models import SessionItem
-from tests.factories import make_conversation, make_user
+from tests.factories import make_conversation, make_reviewer, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -36,17 +35,6 @@ _calls = itertools.count(1)
 
 
 # --- data -----------------------------------------------------------------------------------
-
-
-def make_reviewer(username: str = "rita", password: str = "pass-for-tests") -> Any:
-    """A user who may decide tool calls (the permission `is_reviewer` checks)."""
-    user = make_user(username=username, password=password)
-    user.user_permissions.add(
-        Permission.objects.get(
-            codename="decide_approvalrequest", content_type__app_label="approvals"
-        )
-    )
-    return type(user).objects.get(pk=user.pk)  # drop the permission cache
 
 
 def make_run(**kwargs: Any) -> AgentRun:

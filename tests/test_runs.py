@@ -11,7 +11,6 @@ from agents import Agent
 from agents.testing import ScriptedModel, assistant_message, function_call
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.contrib.auth.models import Permission
 from django.db import connection
 
 from agentsite import agents as registry
@@ -29,7 +28,7 @@ from approvals.models import (
 )
 from conversations.session import DjangoSession
 from tests import scripted
-from tests.factories import make_conversation, make_user
+from tests.factories import make_conversation, make_reviewer, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,20 +44,6 @@ def fresh_registry() -> Any:
     scripted.EXECUTED.clear()
     yield
     registry._cache.clear()
-
-
-def make_reviewer(username: str = "rita") -> Any:
-    from django.contrib.auth import get_user_model
-
-    user = get_user_model().objects.filter(username=username).first() or make_user(
-        username=username
-    )
-    user.user_permissions.add(
-        Permission.objects.get(
-            codename="decide_approvalrequest", content_type__app_label="approvals"
-        )
-    )
-    return type(user).objects.get(pk=user.pk)  # drop the permission cache
 
 
 def start(text: str, agent_name: str = "support") -> AgentRun:

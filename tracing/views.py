@@ -33,7 +33,6 @@ from tracing.forms import TraceFilterForm, make_cursor, registered_workflow
 from tracing.models import Span, Trace, status_for_run
 from tracing.recording import DECISION_SPAN_NAME
 
-VIEW_PERMISSION = "tracing.view_trace"
 PAGE_SIZE = 50
 OTHER_RUNS = 10
 # Longer values (a long conversation in a generation's input) are cut; the export has all.
