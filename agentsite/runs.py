@@ -33,7 +33,7 @@ from agents.tool import ToolOriginType
 from agents.version import __version__ as SDK_VERSION
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from openai.types.responses import ResponseTextDeltaEvent
@@ -102,26 +102,28 @@ def start_run(conversation: Conversation, text: str, user: Any = None) -> AgentR
         )
     agent_name = conversation.agent_name or registry.default_agent_name()
     registry.get_agent(agent_name)  # fail here, not in the background, for an unknown agent
-    with transaction.atomic():
-        run = AgentRun.objects.create(
-            conversation=conversation,
-            agent_name=agent_name,
-            input=text,
-            # Chosen here, so the run's trace can be linked before its first span arrives.
-            trace_id=f"trace_{uuid.uuid4().hex}",
-            requested_by=user if getattr(user, "is_authenticated", False) else None,
+    run = AgentRun.objects.create(
+        conversation=conversation,
+        agent_name=agent_name,
+        input=text,
+        # Chosen here, so the run's trace can be linked before its first span arrives.
+        trace_id=f"trace_{uuid.uuid4().hex}",
+        requested_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+    run_id, conversation_id = run.pk, conversation.pk
+    # After the caller's transaction commits (the chat view holds the conversation's lock),
+    # or now when there is none: the INSERT above committed by itself.
+    # Without waiting for delivery: a view's thread need not wait for the server's loop.
+    transaction.on_commit(
+        lambda: events.publish_threadsafe(
+            [
+                events.RunUpdated(
+                    run_id=run_id, conversation_id=conversation_id, status=RunStatus.QUEUED
+                )
+            ]
         )
-        run_id, conversation_id = run.pk, conversation.pk
-        transaction.on_commit(
-            lambda: events.publish_sync(
-                [
-                    events.RunUpdated(
-                        run_id=run_id, conversation_id=conversation_id, status=RunStatus.QUEUED
-                    )
-                ]
-            )
-        )
-        transaction.on_commit(lambda: executor.submit("execute", run_id))
+    )
+    transaction.on_commit(lambda: executor.submit("execute", run_id))
     return run
 
 
@@ -182,7 +184,10 @@ def _run_config(run: AgentRun, agent: Agent[Any]) -> Any:
 async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any]) -> None:
     conversation = run.conversation
     session = open_session(
-        conversation.session_id, owner=conversation.owner_id, agent_name=run.agent_name
+        conversation.session_id,
+        owner=conversation.owner_id,
+        agent_name=run.agent_name,
+        conversation_pk=conversation.pk,
     )
     result: RunResultStreaming | None = None
     try:
@@ -251,21 +256,25 @@ def _final_text(output: Any) -> str:
 
 def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
     now = timezone.now()
-    # Only a run that is still ours: one failed meanwhile (recovery, a crash handler) stays so.
-    saved = AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=RunStatus.COMPLETED,
-        final_output=_final_text(result.final_output),
-        usage=_usage(result),
-        trace_id=_trace_id(result) or run.trace_id,
-        state=None,
-        state_signature="",
-        finished=now,
-        updated=now,
-    )
+    run.trace_id = _trace_id(result) or run.trace_id
+    with transaction.atomic():
+        # Only a run that is still ours: one failed meanwhile (recovery, a crash handler)
+        # stays so.
+        saved = AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=RunStatus.COMPLETED,
+            final_output=_final_text(result.final_output),
+            usage=_usage(result),
+            trace_id=run.trace_id,
+            state=None,
+            state_signature="",
+            finished=now,
+            updated=now,
+        )
+        if saved:
+            recording.follow_run(run, RunStatus.COMPLETED)
     if not saved:
         logger.warning("Run %s finished but was no longer running; its result was dropped.", run.pk)
         return _Outcome()
-    recording.follow_run(run.pk)
     return _Outcome(
         events=[
             events.RunUpdated(
@@ -359,7 +368,8 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                 usage=_usage(result),
                 updated=now,
             )
-            recording.follow_run(run.pk)
+            run.trace_id = _trace_id(result) or run.trace_id
+            recording.follow_run(run, RunStatus.WAITING)
     except IntegrityError as exc:
         # The model reused a call id of this run: its calls could no longer be told apart.
         _fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)
@@ -401,15 +411,29 @@ async def _claim(run_id: int, expected: str, *, consume_state: bool = False) -> 
 
 def _claim_sync(run_id: int, expected: str, consume_state: bool) -> AgentRun | None:
     """Move the run from `expected` to running; only one caller ever wins."""
-    rows = AgentRun.objects.filter(pk=run_id, status=expected)
-    changes: dict[str, Any] = {"status": RunStatus.RUNNING, "updated": timezone.now()}
+    # One conditional UPDATE decides who wins; plain SQL, as it runs at every turn's start.
+    sql = f"UPDATE {_RUNS} SET status = %s, updated = %s"
+    params: list[Any] = [
+        RunStatus.RUNNING,
+        connection.ops.adapt_datetimefield_value(timezone.now()),
+    ]
     if consume_state:
-        rows = rows.filter(state_consumed=False)
-        changes["state_consumed"] = True
-    if rows.update(**changes) != 1:
+        sql += ", state_consumed = %s"
+        params.append(True)
+    sql += " WHERE id = %s AND status = %s"
+    params += [run_id, expected]
+    if consume_state:
+        sql += " AND NOT state_consumed"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        claimed = cursor.rowcount == 1
+    if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
         return None
     return AgentRun.objects.select_related("conversation").get(pk=run_id)
+
+
+_RUNS = AgentRun._meta.db_table
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
@@ -651,7 +675,7 @@ def _decide(
         published: list[events.Event] = [decided]
         if claimed:
             published.append(_run_updated(run.pk, run.conversation_id, RunStatus.RESUMING))
-        transaction.on_commit(lambda: events.publish_sync(published))
+        transaction.on_commit(lambda: events.publish_threadsafe(published))
         if claimed:
             run_id = run.pk
             transaction.on_commit(lambda: executor.submit("resume", run_id))

@@ -153,6 +153,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend with writers queued in the process and WAL checkpoints off the
+    # request path: see agentsite/sqlite/base.py.
+    DATABASES["default"]["ENGINE"] = "agentsite.sqlite"
     DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
     # Tests use a file, not SQLite's shared-cache memory database: the session store is used
     # from several threads at once, and shared-cache locking skips the busy timeout.

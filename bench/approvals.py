@@ -41,24 +41,25 @@ def site_cycles(count: int, reviewer: Any) -> tuple[list[float], list[float]]:
         await layer.group_add(events.INBOX_GROUP, inbox)
         pauses, resumes = [], []
         try:
-            for _ in range(count):
-                run = await runs.astart_run(conversation, REQUEST)
-                started = time.perf_counter()
-                await runs.execute(run.pk)
-                pauses.append(time.perf_counter() - started)
+            with site.served_here():
+                for _ in range(count):
+                    run = await runs.astart_run(conversation, REQUEST)
+                    started = time.perf_counter()
+                    await runs.execute(run.pk)
+                    pauses.append(time.perf_counter() - started)
 
-                created = await layer.receive(inbox)
-                assert created["type"] == "approval.created", created
-                request = await ApprovalRequest.objects.aget(run_id=run.pk)
+                    created = await layer.receive(inbox)
+                    assert created["type"] == "approval.created", created
+                    request = await ApprovalRequest.objects.aget(run_id=run.pk)
 
-                started = time.perf_counter()
-                await runs.adecide(request.pk, reviewer, True)
-                await runs.resume(run.pk)
-                resumes.append(time.perf_counter() - started)
+                    started = time.perf_counter()
+                    await runs.adecide(request.pk, reviewer, True)
+                    await runs.resume(run.pk)
+                    resumes.append(time.perf_counter() - started)
 
-                await layer.receive(inbox)  # approval.decided
-                done = await AgentRun.objects.aget(pk=run.pk)
-                assert done.status == RunStatus.COMPLETED, (done.status, done.error)
+                    await layer.receive(inbox)  # approval.decided
+                    done = await AgentRun.objects.aget(pk=run.pk)
+                    assert done.status == RunStatus.COMPLETED, (done.status, done.error)
         finally:
             await layer.group_discard(events.INBOX_GROUP, inbox)
         return pauses, resumes

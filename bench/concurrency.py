@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import RunConfig, Runner, SQLiteSession
-from django.db.backends.sqlite3.base import DatabaseWrapper
+from django.db import connections
 
 from agentsite import executor, runs
 from approvals.models import AgentRun, RunStatus
@@ -53,7 +53,9 @@ class Observed:
 
     @contextmanager
     def watching(self) -> Iterator[None]:
-        original = getattr(DatabaseWrapper, BEGIN)
+        # agentsite's SQLite backend: the wait includes its queue in the process
+        wrapper = type(connections["default"])
+        original = getattr(wrapper, BEGIN)
 
         def begin(connection: Any) -> None:
             started = time.perf_counter()
@@ -61,13 +63,13 @@ class Observed:
             with self._lock:
                 self.waits.append(time.perf_counter() - started)
 
-        setattr(DatabaseWrapper, BEGIN, begin)
+        setattr(wrapper, BEGIN, begin)
         cpu, wall = time.process_time(), time.perf_counter()
         try:
             yield
         finally:
             self.cpu.append((time.process_time() - cpu) / (time.perf_counter() - wall))
-            setattr(DatabaseWrapper, BEGIN, original)
+            setattr(wrapper, BEGIN, original)
 
     def cpu_share(self) -> str:
         return f"{statistics.median(self.cpu):.0%} of one core"

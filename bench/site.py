@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,20 @@ def jobs_recorded() -> Iterator[list[tuple[str, int]]]:
         yield submitted
     finally:
         executor.submit = original
+
+
+@contextmanager
+def served_here() -> Iterator[None]:
+    """Inside a coroutine: its running loop acts as the server's, as `asgi.py` binds it, so
+    events published from worker threads (`start_run`, `decide` in a view's thread) are
+    handed to it without waiting. Jobs are still recorded, and no sweeper starts."""
+    in_process = executor.inprocess()
+    previous = in_process._server_loop
+    in_process._server_loop = asyncio.get_running_loop()
+    try:
+        yield
+    finally:
+        in_process._server_loop = previous
 
 
 def conversation(agent_name: str) -> Conversation:

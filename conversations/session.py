@@ -323,11 +323,16 @@ def open_session(
     owner: Any = None,
     agent_name: str | None = None,
     session_settings: SessionSettings | dict[str, Any] | None = None,
+    conversation_pk: int | None = None,
 ) -> SessionABC:
-    """The session the site uses for a conversation: encrypted at rest when a key is set."""
+    """The session the site uses for a conversation: encrypted at rest when a key is set.
+
+    `conversation_pk`, when the caller has the conversation at hand, spares the first write
+    looking it up (every write still checks it)."""
     session = DjangoSession(
         session_id, owner=owner, agent_name=agent_name, session_settings=session_settings
     )
+    session._conversation_pk = conversation_pk
     key = settings.AGENTSITE_SESSION_ENCRYPTION_KEY
     if not key:
         return session

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
-from django.db.models import Case, Exists, OuterRef, Value, When
 
 from approvals.models import AgentRun, RunStatus
 
@@ -34,19 +33,6 @@ def status_for_run(run_status: str, *, has_error: bool = False) -> str:
     return TraceStatus.RUNNING
 
 
-class TraceQuerySet(models.QuerySet["Trace"]):
-    def follow_run_status(self, run_status: str) -> int:
-        """Set these traces' status from their run's, in one UPDATE that also looks at their
-        spans' errors (the exporter may store an error span at any moment)."""
-        error_spans = Span.objects.filter(trace=OuterRef("trace_id"), error__isnull=False)
-        return self.update(
-            status=Case(
-                When(Exists(error_spans), then=Value(TraceStatus.ERROR)),
-                default=Value(status_for_run(run_status)),
-            )
-        )
-
-
 class Trace(models.Model):
     trace_id = models.CharField(max_length=64, unique=True)
     workflow_name = models.CharField(max_length=255, blank=True)
@@ -66,8 +52,6 @@ class Trace(models.Model):
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
-
-    objects = TraceQuerySet.as_manager()
 
     class Meta:
         ordering = ["-started_at", "-pk"]
