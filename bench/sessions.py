@@ -1,22 +1,24 @@
-"""Session store: `DjangoSession` against the SDK's `SQLiteSession`, on the same work.
+"""Session store: `DjangoSession` against the SDK's `SQLiteSession` and `SQLAlchemySession`
+(on SQLite through aiosqlite), on the same work.
 
-Both store in SQLite files in the same directory (agentsite's database; a file of its own for
-`SQLiteSession`), with the items a real turn stores: a user message, a tool call, its output
-and an assistant message. The large conversations are built with one bulk insert each, not
-with `add_items`.
+All store in SQLite files in the same directory (agentsite's database; a file of its own for
+each of the SDK's stores), with the items a real turn stores: a user message, a tool call,
+its output and an assistant message. The large conversations are built with one bulk insert
+each, not with `add_items`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
 from typing import Any, cast
 
 from agents import SQLiteSession
+from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
 from agents.items import TResponseInputItem
 from agents.memory.session import SessionABC
 from django.db import transaction
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bench.harness import (
     Config,
@@ -28,7 +30,6 @@ from bench.harness import (
     atimed,
     compared,
     interleave,
-    note,
     ops_per_second,
     ratio,
 )
@@ -91,6 +92,8 @@ class Stores:
     def __init__(self, config: Config) -> None:
         self.sqlite_path = config.workdir / "sdk-sessions.sqlite3"
         self.relaxed_path = config.workdir / "sdk-sessions-normal-sync.sqlite3"
+        self.sqlalchemy_path = config.workdir / "sdk-sqlalchemy-sessions.sqlite3"
+        self._engine: AsyncEngine | None = None
 
     def django(self, session_id: str, fill: int = 0) -> DjangoSession:
         if fill:
@@ -106,36 +109,40 @@ class Stores:
 
     def sqlite(self, session_id: str, fill: int = 0) -> SQLiteSession:
         session = SQLiteSession(session_id, self.sqlite_path)  # creates the tables
-        if fill:
-            with sqlite3.connect(self.sqlite_path) as db:
-                db.execute("INSERT INTO agent_sessions (session_id) VALUES (?)", (session_id,))
-                db.executemany(
-                    "INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
-                    ((session_id, json.dumps(item)) for item in items(fill)),
-                )
+        _fill_sdk_tables(self.sqlite_path, session_id, fill)
         return session
 
     def relaxed(self, session_id: str, fill: int = 0) -> SQLiteSession:
         session = RelaxedSQLiteSession(session_id, self.relaxed_path)
-        if fill:
-            with sqlite3.connect(self.relaxed_path) as db:
-                db.execute("INSERT INTO agent_sessions (session_id) VALUES (?)", (session_id,))
-                db.executemany(
-                    "INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
-                    ((session_id, json.dumps(item)) for item in items(fill)),
-                )
+        _fill_sdk_tables(self.relaxed_path, session_id, fill)
         return session
 
+    def sqlalchemy(self, session_id: str, fill: int = 0) -> SQLAlchemySession:
+        """One async engine (aiosqlite) for all its sessions, as an application would have;
+        tables created by the SDK on first use."""
+        if self._engine is None:
+            self._engine = create_async_engine(f"sqlite+aiosqlite:///{self.sqlalchemy_path}")
+        session = SQLAlchemySession(session_id, engine=self._engine, create_tables=True)
+        arun(session.get_items(limit=1))  # creates the tables before they are filled
+        _fill_sdk_tables(self.sqlalchemy_path, session_id, fill)
+        return session
 
-def _sqlalchemy_note() -> Row:
-    if importlib.util.find_spec("aiosqlite") is None:
-        why = (
-            "skipped: SQLAlchemySession on SQLite needs aiosqlite, which openai-agents[sqlalchemy] "
-            "does not include (it brings SQLAlchemy and asyncpg only), so it is not installed"
+    def close(self) -> None:
+        if self._engine is not None:
+            arun(self._engine.dispose())
+            self._engine = None
+
+
+def _fill_sdk_tables(path: Any, session_id: str, fill: int) -> None:
+    """The SDK's two stores share one schema: a session row and its messages."""
+    if not fill:
+        return
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO agent_sessions (session_id) VALUES (?)", (session_id,))
+        db.executemany(
+            "INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
+            ((session_id, json.dumps(item)) for item in items(fill)),
         )
-    else:
-        why = "skipped: not measured by this suite yet"
-    return note(BENCHMARK, "vs SQLAlchemySession (aiosqlite)", why)
 
 
 def adding(session: SessionABC, batch: list[TResponseInputItem], count: int) -> Contender:
@@ -167,11 +174,13 @@ def run(config: Config) -> list[Row]:
                 "ours": adding(stores.django(f"add-{size}"), batch, count),
                 "peer": adding(stores.sqlite(f"add-{size}"), batch, count),
                 "relaxed": adding(stores.relaxed(f"add-{size}"), batch, count),
+                "sqlalchemy": adding(stores.sqlalchemy(f"add-{size}"), batch, count),
             },
             repeats,
         )
         rows.append(_row(f"add_items({size})", samples, f"appending {size} item(s) in one call"))
         rows.append(_relaxed_row(f"add_items({size})", samples))
+        rows.append(_sqlalchemy_row(f"add_items({size})", samples))
 
     # get_items(limit=20): the last 20 items, from ever longer conversations.
     sizes = config.pick((10, 1_000, 10_000), (10, 1_000, 100_000))
@@ -180,6 +189,9 @@ def run(config: Config) -> list[Row]:
     for size in sizes:
         contenders[f"ours-{size}"] = reading(stores.django(f"get-{size}", fill=size), count)
         contenders[f"peer-{size}"] = reading(stores.sqlite(f"get-{size}", fill=size), count)
+        contenders[f"sqlalchemy-{size}"] = reading(
+            stores.sqlalchemy(f"get-{size}", fill=size), count
+        )
     samples = interleave(contenders, repeats)
     for size in sizes:
         rows.append(
@@ -187,6 +199,12 @@ def run(config: Config) -> list[Row]:
                 f"get_items(limit=20), {size:,} items",
                 {"ours": samples[f"ours-{size}"], "peer": samples[f"peer-{size}"]},
                 f"reading the last 20 items of a {size:,}-item conversation",
+            )
+        )
+        rows.append(
+            _sqlalchemy_row(
+                f"get_items(limit=20), {size:,} items",
+                {"ours": samples[f"ours-{size}"], "sqlalchemy": samples[f"sqlalchemy-{size}"]},
             )
         )
     largest, smallest = sizes[-1], sizes[0]
@@ -212,12 +230,14 @@ def run(config: Config) -> list[Row]:
             "ours": popping(stores.django("pop", fill=needed), count),
             "peer": popping(stores.sqlite("pop", fill=needed), count),
             "relaxed": popping(stores.relaxed("pop", fill=needed), count),
+            "sqlalchemy": popping(stores.sqlalchemy("pop", fill=needed), count),
         },
         repeats,
     )
     rows.append(_row("pop_item()", samples, "removing and returning the newest item"))
     rows.append(_relaxed_row("pop_item()", samples))
-    rows.append(_sqlalchemy_note())
+    rows.append(_sqlalchemy_row("pop_item()", samples))
+    stores.close()
     return rows
 
 
@@ -243,4 +263,16 @@ def _relaxed_row(case: str, samples: dict[str, Samples]) -> Row:
         ratio(samples["ours"], samples["relaxed"]),
         "reference: the same calls against a SQLiteSession that, like agentsite's database, "
         "does not sync the disk at each commit; what remains is the cost of the store itself",
+    )
+
+
+def _sqlalchemy_row(case: str, samples: dict[str, Samples]) -> Row:
+    return compared(
+        BENCHMARK,
+        f"{case}, vs SQLAlchemySession (aiosqlite)",
+        ops_per_second(samples["ours"]),
+        ops_per_second(samples["sqlalchemy"]),
+        ratio(samples["ours"], samples["sqlalchemy"]),
+        "the SDK's SQLAlchemy store on a SQLite file through aiosqlite (its defaults), the "
+        "same calls: time per call, ours ÷ SQLAlchemySession's",
     )

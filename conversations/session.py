@@ -12,6 +12,7 @@ database keeps them apart.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -136,82 +137,74 @@ class DjangoSession(SessionABC):
         ]
 
     def _add_items_sync(self, items: list[TResponseInputItem]) -> None:
-        with transaction.atomic():
-            conversation_pk = self._lock_conversation(create=True)
+        with transaction.atomic(), connection.cursor() as cursor:
+            now = connection.ops.adapt_datetimefield_value(timezone.now())
+            conversation_pk = self._lock_conversation(cursor, now, create=True)
             assert conversation_pk is not None
             # One executemany, as SQLiteSession does; bulk_create's per-field preparation
             # cost more than the inserts themselves.
-            created = connection.ops.adapt_datetimefield_value(timezone.now())
-            placeholder = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
-            with connection.cursor() as cursor:
-                cursor.executemany(
-                    f"INSERT INTO {_ITEMS} (conversation_id, payload, created) "
-                    f"VALUES (%s, {placeholder}, %s)",
-                    [(conversation_pk, json.dumps(item), created) for item in items],
-                )
+            cursor.executemany(
+                _INSERT_SQL, [(conversation_pk, json.dumps(item), now) for item in items]
+            )
 
     def _pop_sync(
         self, validate: Callable[[TResponseInputItem], None] | None
     ) -> TResponseInputItem | None:
-        with transaction.atomic():
-            conversation_pk = self._lock_conversation(create=False)
-            if conversation_pk is None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            if connection.vendor != "sqlite":
+                # Pops and appends of one conversation queue on its row lock. (SQLite's
+                # IMMEDIATE transaction already serializes every writer, as SQLiteSession's
+                # lock does: there, the one statement below is the whole pop.)
+                now = connection.ops.adapt_datetimefield_value(timezone.now())
+                if self._lock_conversation(cursor, now, create=False) is None:
+                    return None
+            # Deleted and read in one statement; a failed `validate` rolls the deletion back
+            # (the exception leaves the transaction).
+            cursor.execute(_POP_SQL, [self.session_id])
+            newest = cursor.fetchone()
+            if newest is None:
                 return None
-            newest = _fetch(
-                f"SELECT id, payload FROM {_ITEMS} WHERE conversation_id = %s "
-                "ORDER BY id DESC LIMIT 1",
-                [conversation_pk],
-            )
-            if not newest:
-                return None
-            item_pk, value = newest[0]
+            (value,) = newest
             payload = json.loads(value) if isinstance(value, (str, bytes)) else value
             if validate is not None:
                 validate(payload)
-            with connection.cursor() as cursor:
-                cursor.execute(f"DELETE FROM {_ITEMS} WHERE id = %s", [item_pk])
             return payload
 
     def _clear_sync(self) -> None:
-        with transaction.atomic():
-            conversation_pk = self._lock_conversation(create=False)
+        with transaction.atomic(), connection.cursor() as cursor:
+            now = connection.ops.adapt_datetimefield_value(timezone.now())
+            conversation_pk = self._lock_conversation(cursor, now, create=False)
             if conversation_pk is not None:
-                SessionItem.objects.filter(conversation_id=conversation_pk).delete()
+                cursor.execute(
+                    f"DELETE FROM {_ITEMS} WHERE conversation_id = %s", [conversation_pk]
+                )
 
-    def _lock_conversation(self, *, create: bool) -> int | None:
+    def _lock_conversation(self, cursor: Any, now: Any, *, create: bool) -> int | None:
         """Lock this conversation's row for the rest of the transaction and return its pk.
 
-        Every writer of one conversation takes this lock first, so concurrent `add_items`
-        batches are serialized: each batch gets contiguous, ordered primary keys. (SQLite's
-        IMMEDIATE transactions already serialize all writers; on PostgreSQL the row lock of
-        this UPDATE does it per conversation.)
+        Every writer of one conversation takes this lock first (an UPDATE of its `updated`),
+        so concurrent `add_items` batches are serialized: each batch gets contiguous, ordered
+        primary keys. (SQLite's IMMEDIATE transactions already serialize all writers; on
+        PostgreSQL the row lock of this UPDATE does it per conversation.)
         """
-        now = timezone.now()
-        rows = Conversation.objects.filter(session_id=self.session_id)
         if self._conversation_pk is not None:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {_CONVERSATIONS} SET updated = %s WHERE id = %s AND session_id = %s",
-                    [
-                        connection.ops.adapt_datetimefield_value(now),
-                        self._conversation_pk,
-                        self.session_id,
-                    ],
-                )
-                if cursor.rowcount == 1:
-                    return self._conversation_pk
-        if create:
-            conversation, created = Conversation.objects.get_or_create(
+            # The cached pk, checked: a conversation deleted meanwhile is looked up again.
+            cursor.execute(_TOUCH_BY_PK_SQL, [now, self._conversation_pk, self.session_id])
+            if cursor.rowcount == 1:
+                return self._conversation_pk
+        cursor.execute(_TOUCH_BY_SESSION_SQL, [now, self.session_id])
+        row = cursor.fetchone()
+        if row is None and create:
+            conversation, _ = Conversation.objects.get_or_create(
                 session_id=self.session_id,
                 defaults={"owner": self._owner, "agent_name": self._agent_name or ""},
             )
-            if not created:
-                Conversation.objects.filter(pk=conversation.pk).update(updated=now)
-            self._conversation_pk = conversation.pk
-            return conversation.pk
-        found = rows.select_for_update().values_list("pk", flat=True).first()
-        self._conversation_pk = found
-        return found
+            # Created now, or by a concurrent writer a moment ago: lock it all the same.
+            cursor.execute(_TOUCH_BY_SESSION_SQL, [now, self.session_id])
+            row = cursor.fetchone()
+            assert row is not None and row[0] == conversation.pk
+        self._conversation_pk = row[0] if row is not None else None
+        return self._conversation_pk
 
 
 _ITEMS = SessionItem._meta.db_table
@@ -219,12 +212,36 @@ _CONVERSATIONS = Conversation._meta.db_table
 _WHERE = f"conversation_id = (SELECT id FROM {_CONVERSATIONS} WHERE session_id = %s)"
 _ALL_SQL = f"SELECT payload FROM {_ITEMS} WHERE {_WHERE} ORDER BY id"
 _LAST_SQL = f"SELECT payload FROM {_ITEMS} WHERE {_WHERE} ORDER BY id DESC LIMIT %s"
+_INSERT_SQL = (
+    f"INSERT INTO {_ITEMS} (conversation_id, payload, created) VALUES (%s, "
+    + ("%s::jsonb" if connection.vendor == "postgresql" else "%s")
+    + ", %s)"
+)
+_POP_SQL = (
+    f"DELETE FROM {_ITEMS} WHERE id = (SELECT id FROM {_ITEMS} WHERE {_WHERE} "
+    "ORDER BY id DESC LIMIT 1) RETURNING payload"
+)
+_TOUCH_BY_PK_SQL = f"UPDATE {_CONVERSATIONS} SET updated = %s WHERE id = %s AND session_id = %s"
+_TOUCH_BY_SESSION_SQL = (
+    f"UPDATE {_CONVERSATIONS} SET updated = %s WHERE session_id = %s RETURNING id"
+)
 
 
 def _fetch(sql: str, params: list[Any]) -> list[Any]:
+    if connection.vendor == "sqlite":
+        # The read of every turn, straight on the driver's connection (Django's cursor
+        # wrappers cost a third of it), with Django's error translation kept.
+        connection.ensure_connection()
+        with connection.wrap_database_errors:
+            return connection.connection.execute(_qmark(sql), params).fetchall()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
+
+
+@functools.cache
+def _qmark(sql: str) -> str:
+    return sql.replace("%s", "?")
 
 
 class UnreadableSessionItem(Exception):

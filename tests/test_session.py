@@ -121,13 +121,24 @@ def test_it_reads_the_last_n_items_in_one_indexed_query() -> None:
     )
     session = DjangoSession("long")
 
-    with CaptureQueriesContext(connection) as queries:
-        # Run in this thread, so the queries are captured on this connection.
-        items = session._get_items_sync(20)
+    # Run in this thread, so the queries are seen on this connection. On SQLite the read goes
+    # straight to the driver's connection, so SQLite itself reports what it executes.
+    statements: list[str] = []
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()
+        connection.connection.set_trace_callback(statements.append)
+        try:
+            items = session._get_items_sync(20)
+        finally:
+            connection.connection.set_trace_callback(None)
+    else:
+        with CaptureQueriesContext(connection) as queries:
+            items = session._get_items_sync(20)
+        statements = [query["sql"] for query in queries.captured_queries]
     assert [i["content"] for i in items] == [str(i) for i in range(2980, 3000)]
-    assert len(queries.captured_queries) == 1
+    assert len(statements) == 1, statements
 
-    sql = queries.captured_queries[0]["sql"]
+    sql = statements[0]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("ANALYZE conversations_sessionitem")
