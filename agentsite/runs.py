@@ -633,7 +633,11 @@ def _decide(
         current = ApprovalRequest.objects.select_related("run").get(pk=request_id)
         # Deciders of one run queue here, so the last decision of a pause always sees the
         # others and exactly one of them claims the run.
-        run = AgentRun.objects.select_for_update().get(pk=current.run_id)
+        run = (
+            AgentRun.objects.select_for_update(of=("self",))
+            .select_related("conversation")
+            .get(pk=current.run_id)
+        )
         if seen_hash is not None and seen_hash != current.arguments_hash:
             raise DecisionRefused(
                 "The arguments changed since this request was shown to you; reload it."
@@ -662,7 +666,7 @@ def _decide(
         claimed = _claim_for_resume(run, current.pause)
         # In this transaction: the trace shows the decision exactly when the audit does.
         recording.record_decision(current, decision, status, run)
-        recording.follow_run(run.pk)
+        recording.follow_run(run, RunStatus.RESUMING if claimed else run.status)
         decided = events.ApprovalDecided(
             request_id=request_id,
             run_id=run.pk,

@@ -20,7 +20,7 @@ from agents.tracing import (
 from agents.tracing import Span as SDKSpan
 from agents.tracing import Trace as SDKTrace
 from agents.tracing.processors import default_processor
-from django.db import DataError, OperationalError
+from django.db import DataError, OperationalError, connection
 
 from approvals.models import RunStatus
 from tests.factories import make_conversation
@@ -251,7 +251,7 @@ def test_it_never_raises_when_the_database_fails(
     def down(*args: Any, **kwargs: Any) -> Any:
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(Span.objects, "bulk_create", down)
+    monkeypatch.setattr(exporter_module, "_insert_spans", down)  # after the trace's upsert
     trace = sdk_trace()
     exporter = DatabaseExporter()
     with caplog.at_level(logging.ERROR, logger="tracing.exporter"):
@@ -290,6 +290,157 @@ def test_it_stores_a_span_delivered_twice_once() -> None:
     exporter.export([span])
     assert Span.objects.filter(span_id=span.span_id).count() == 1
     assert Trace.objects.get(trace_id=trace.trace_id).total_tokens == 12
+
+
+# --- rows as the ORM would write them -------------------------------------------------------
+# The exporter writes tuples with SQL of its own; what lands in the columns must be what
+# `bulk_create` would have put there, on SQLite and PostgreSQL alike.
+
+
+class Exported:
+    """An item as the SDK hands it over, with the dict its `export()` returns."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def export(self) -> dict[str, Any]:
+        return self.data
+
+
+def raw_columns(model: type[Any], key: str, value: str, names: list[str]) -> tuple[Any, ...]:
+    """The stored values as text (no converter between them and the test)."""
+    table = model._meta.db_table
+    columns = [model._meta.get_field(name).column for name in names]
+    select = ", ".join(f"CAST({column} AS TEXT)" for column in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {select} FROM {table} WHERE {key} = %s", [value])
+        row = cursor.fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_the_rows_hold_every_field_of_the_models() -> None:
+    for model, names in (
+        (Trace, exporter_module.TRACE_FIELDS),
+        (Span, exporter_module.SPAN_FIELDS),
+    ):
+        own = [f.name for f in model._meta.concrete_fields if not f.primary_key]
+        assert sorted(names) == sorted(own), model
+
+
+@pytest.mark.parametrize(
+    ("started", "ended"),
+    [
+        ("2025-06-01T12:00:00.123456+00:00", "2025-06-01T12:00:01.000001+00:00"),
+        ("2025-06-01T12:00:00+00:00", "2025-06-01T12:00:01Z"),  # no microseconds
+        ("2025-06-01T14:00:00.5+02:00", "2025-06-01T12:00:02"),  # an offset; a naive time
+        (None, "not a time"),
+    ],
+)
+def test_it_stores_spans_and_traces_as_bulk_create_would(started: Any, ended: Any) -> None:
+    trace_id = "trace_" + "c" * 32
+    trace = {
+        "object": "trace",
+        "id": trace_id,
+        "workflow_name": "wf jane@example.com",
+        "group_id": "conv_9",
+        "metadata": {"k": "ünï", "n": 1.5},
+    }
+    span = {
+        "object": "trace.span",
+        "id": "span_" + "d" * 24,
+        "trace_id": trace_id,
+        "parent_id": "span_parent",
+        "started_at": started,
+        "ended_at": ended,
+        "span_data": {
+            "type": "generation",
+            "input": [{"role": "user", "content": "mail jane@example.com, ü\u2603"}],
+            "model": "m",
+            "usage": {"input_tokens": 3, "output_tokens": 4},
+        },
+        "error": {"message": "boom", "data": {"x": [1, None]}},
+    }
+    DatabaseExporter().export([Exported(trace), Exported(span)])
+
+    # The same rows through the ORM, under other ids.
+    trace_row = exporter_module.trace_row({**trace, "id": "trace_orm"})
+    span_row = exporter_module.span_row({**span, "id": "span_orm", "trace_id": "trace_orm"})
+    Trace.objects.bulk_create([Trace(**trace_row._asdict())])
+    Span.objects.bulk_create([Span(**span_row._asdict())])
+
+    span_names = [n for n in exporter_module.SPAN_FIELDS if n not in ("span_id", "trace")]
+    assert raw_columns(Span, "span_id", span["id"], span_names) == raw_columns(
+        Span, "span_id", "span_orm", span_names
+    )
+    trace_names = ["workflow_name", "group_id", "metadata", "run"]
+    assert raw_columns(Trace, "trace_id", trace_id, trace_names) == raw_columns(
+        Trace, "trace_id", "trace_orm", trace_names
+    )
+    stored = Trace.objects.get(trace_id=trace_id)
+    assert (stored.total_tokens, stored.status) == (7, TraceStatus.ERROR)
+    assert stored.workflow_name == "wf [email]"
+
+
+def test_its_times_are_adapted_as_django_adapts_them() -> None:
+    adapt = exporter_module._time_adapter()
+    for text in (
+        "2025-06-01T12:00:00.123456+00:00",
+        "2025-06-01T12:00:00+00:00",
+        "2025-06-01T12:00:00.000000+00:00",
+        "2025-06-01T12:00:00Z",
+        "2025-06-01T23:30:00.5-05:30",
+        "0001-01-01T00:00:00+00:00",
+        "2025-06-01T12:00:00",
+        None,
+    ):
+        value = exporter_module.parse_time(text)
+        assert adapt(value) == connection.ops.adapt_datetimefield_value(value), text
+
+
+def test_a_root_span_ends_only_a_foreign_running_trace_and_an_error_wins() -> None:
+    from approvals.models import AgentRun
+
+    run = AgentRun.objects.create(
+        conversation=make_conversation(), agent_name="support", input="hi", trace_id="trace_run"
+    )
+    ours, waiting, failing = sdk_trace(trace_id=run.trace_id), sdk_trace(), sdk_trace()
+    exporter = DatabaseExporter()
+    exporter.export([waiting])
+    Trace.objects.filter(trace_id=waiting.trace_id).update(status=TraceStatus.WAITING)
+    broken = get_trace_provider().create_span(CustomSpanData("root", {}), parent=failing)
+    broken.start()
+    broken.set_error({"message": "boom", "data": None})
+    broken.finish()
+
+    exporter.export([ours, sdk_span(ours), sdk_span(waiting), failing, broken])
+
+    statuses = dict(Trace.objects.values_list("trace_id", "status"))
+    assert statuses[ours.trace_id] == TraceStatus.RUNNING  # a run's: follows its run
+    assert statuses[waiting.trace_id] == TraceStatus.WAITING
+    assert statuses[failing.trace_id] == TraceStatus.ERROR
+
+
+def test_a_run_id_no_run_can_have_does_not_cost_the_batch() -> None:
+    trace = sdk_trace(metadata={"run_id": str(10**30)})
+    exporter = DatabaseExporter()
+    exporter.export([trace, sdk_span(trace)])
+    assert exporter.stats.dropped_items == 0
+    assert Trace.objects.get(trace_id=trace.trace_id).run_id is None
+
+
+def test_it_writes_a_batch_in_a_bounded_number_of_queries(
+    django_assert_max_num_queries: Any,
+) -> None:
+    traces = [sdk_trace() for _ in range(5)]
+    items: list[Any] = [*traces, sdk_span(sdk_trace())]  # and a span of an unknown trace
+    for trace in traces:
+        items += [sdk_span(trace, generation({"total_tokens": 2})) for _ in range(20)]
+    # BEGIN, runs, traces, placeholders, spans, times and statuses, COMMIT, the announcement:
+    # one query (an executemany at most) each, however many items.
+    with django_assert_max_num_queries(8):
+        DatabaseExporter().export(items)
+    assert Span.objects.count() == 101
 
 
 # --- installing -----------------------------------------------------------------------------

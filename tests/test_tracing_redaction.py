@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import collections
+import enum
 import json
+import math
 import time
 from typing import Any
 
 import pytest
 
-from tracing.redaction import clean, iban_valid, luhn_valid, mask_text
+from tracing import redaction
+from tracing.redaction import Cleaner, clean, iban_valid, luhn_valid, mask_text
 
 VISA = "4111 1111 1111 1111"
 MASTERCARD = "5555-5555-5555-4444"
@@ -186,3 +190,199 @@ def test_it_masks_long_strings_in_linear_time(text: str) -> None:
     started = time.perf_counter()
     mask_text(text)
     assert time.perf_counter() - started < 2
+
+
+# --- the fast paths change nothing ----------------------------------------------------------
+# `clean` remembers each distinct string once per `Cleaner`, tests the first character before
+# trying JSON, and returns unchanged containers as they are. `reference_clean` is the plain
+# walk it replaced: each value must come out the same, one at a time or many in one Cleaner.
+
+
+def reference_clean(value: Any, mask: bool = True, depth: int = 0) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if mask and 10**12 <= abs(value) < 10**19 and luhn_valid(str(abs(value))):
+            return "[card]"
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return reference_string(value, mask, depth)
+    if depth >= 64:
+        return "[too deep]"
+    if isinstance(value, dict):
+        cleaned: dict[str, Any] = {}
+        for key, item in value.items():
+            name = reference_string(key if isinstance(key, str) else str(key), mask, depth, False)
+            if mask and isinstance(item, str) and item and redaction._SECRET_KEY.match(name):
+                cleaned[name] = "[secret]"
+            else:
+                cleaned[name] = reference_clean(item, mask, depth + 1)
+        return cleaned
+    if isinstance(value, list | tuple | set | frozenset):
+        return [reference_clean(item, mask, depth + 1) for item in value]
+    if hasattr(value, "model_dump"):
+        try:
+            return reference_clean(value.model_dump(mode="json"), mask, depth + 1)
+        except Exception:
+            pass
+    return reference_string(str(value), mask, depth)
+
+
+def reference_string(text: str, mask: bool, depth: int, nested: bool = True) -> str:
+    text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    if not mask:
+        return text
+    if nested and depth < 64:
+        stripped = text.strip()
+        if len(stripped) >= 2 and stripped[0] in "{[" and stripped[-1] in "}]":
+            try:
+                inner = json.loads(stripped)
+            except ValueError:
+                inner = None
+            if isinstance(inner, dict | list):
+                cleaned = reference_clean(inner, mask, depth + 1)
+                if cleaned == inner:
+                    return text
+                return json.dumps(cleaned, ensure_ascii=False)
+    return mask_text(text)
+
+
+class Colour(enum.StrEnum):
+    RED = "red jane@example.com"
+
+
+class Dumps:
+    def model_dump(self, mode: str) -> dict[str, Any]:
+        return {"email": "jane@example.com", "n": 1}
+
+
+def nested(levels: int, leaf: Any) -> Any:
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+DEEP_JSON = json.dumps(nested(8, {"email": "jane@example.com"}))
+TRICKY_STRINGS = [
+    "",
+    " ",
+    "plain words",
+    "jane@example.com",
+    VISA,
+    "[email]",
+    "[phone] and more]",
+    "{not json}",
+    "[1, 2",
+    '{"order_id":42}',
+    '  {"email": "jane@example.com"}  ',
+    '\n\t[1, "call +44 20 7946 0958"]',
+    '\u2003{"email": "jane@example.com"}',  # whitespace to str.strip, not to JSON
+    '\x00{"email": "jane@example.com"}',  # JSON once the NUL is gone
+    '\x00 [ "jane@example.com" ]',
+    '{"password": "hunter2hunter2"}',
+    '{"token": ""}',
+    '{"nested": "{\\"email\\": \\"jane@example.com\\"}"}',
+    "x\ud800y",
+    "\ud800{}",
+    "ünïcödé jane@example.com",
+    DEEP_JSON,
+    "sk-proj-abcdefghijklmnopqrstuvwxyz0123",
+    "Bearer abcdefgh12345678",
+]
+
+
+def tricky_values() -> list[Any]:
+    strings = TRICKY_STRINGS
+    values: list[Any] = [*strings]
+    values.append({text: text for text in strings})  # each string as a key and as a value
+    values.extend({"api_key": text} for text in strings)  # a secret key's value, masked whole
+    values.append(dict.fromkeys(("token", "Password", "apikey", "name", "[email]"), "abc"))
+    values.append({"token": 4111111111111111, "password": None, "secret": ["x"], "pwd": ""})
+    values.append({"[email]": 1, "jane@example.com": 2, "joe@example.com": 3})  # keys collide
+    values.append({1: "a", False: "b", None: "c", 2.5: "d", ("t",): "e"})
+    values.append(
+        {
+            "card": 4111111111111111,
+            "order": 42,
+            "big": 10**30,
+            "nan": float("nan"),
+            "inf": float("-inf"),
+            "ok": 1.5,
+            "flags": [True, False, None],
+        }
+    )
+    values.append(("tuple", "jane@example.com", (1, 2)))
+    values.append({"set": {"jane@example.com"}, "frozen": frozenset({"a"})})
+    values.append(collections.OrderedDict(a="jane@example.com", b="b"))
+    values.append(collections.UserString("user jane@example.com"))
+    values.append([Colour.RED, {Colour.RED: Colour.RED}])
+    values.append({"model": Dumps(), "object": object.__new__(Dumps)})
+    values.append(nested(70, "jane@example.com"))
+    values.append(nested(70, {"a": 1}))
+    for levels in (0, 1, 55, 60, 62, 63, 64, 65):  # a JSON string near the depth limit
+        values.append(nested(levels, DEEP_JSON))
+        values.append(nested(levels, {"input": '{"email": "jane@example.com"}'}))
+    values.append([["unchanged", 1, None], ["changed", "jane@example.com"], []])
+    values.append({"a": {"b": {"c": "unchanged"}}, "d": {"e": VISA}})
+    return values
+
+
+def same(left: Any, right: Any) -> bool:
+    """Equal, and stored alike (a tuple and a list are equal in JSON, not in Python)."""
+    return json.dumps(left, sort_keys=False) == json.dumps(right, sort_keys=False)
+
+
+@pytest.mark.parametrize("mask", [True, False])
+def test_cleaning_is_the_plain_walk_value_by_value_and_in_one_cleaner(mask: bool) -> None:
+    values = tricky_values()
+    expected = [reference_clean(value, mask) for value in values]
+    one_by_one = [clean(value, mask=mask) for value in values]
+    cleaner = Cleaner(mask=mask)
+    together = [cleaner.clean(value) for value in values]
+    again = [cleaner.clean(value) for value in reversed(values)][::-1]  # remembered strings
+    for value, want, *got in zip(values, expected, one_by_one, together, again, strict=True):
+        for result in got:
+            assert same(result, want), value
+
+
+def test_cleaning_leaves_its_input_as_it_was() -> None:
+    values = tricky_values()
+    before = repr(values)
+    Cleaner().clean(values)
+    assert repr(values) == before
+
+
+def test_what_is_cleaned_is_a_copy_that_later_changes_to_the_input_do_not_reach() -> None:
+    # The SDK's span data holds the runs' own lists and dicts: what was masked must be what
+    # is stored, even if one of them changes before the batch is written.
+    messages = [{"role": "user", "content": "where is order 7"}]
+    value = {"input": messages, "model": "m"}
+    cleaned = clean(value)
+    messages.append({"role": "user", "content": "jane@example.com"})
+    messages[0]["content"] = "jane@example.com"
+    assert cleaned == {"input": [{"role": "user", "content": "where is order 7"}], "model": "m"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '\u2003{"email": "jane@example.com"}',
+        '\r\n[ "jane@example.com" ]',
+        '\x00{"email": "jane@example.com"}',
+    ],
+)
+def test_json_after_whitespace_or_a_nul_is_still_read_as_json(text: str) -> None:
+    # The JSON check looks at the first character: one that str.strip or the NUL removal
+    # takes away must not hide the JSON behind it.
+    assert json.loads(clean(text)) in ({"email": "[email]"}, ["[email]"])
+
+
+def test_a_cleaner_reads_the_settings_once(settings: Any) -> None:
+    settings.AGENTSITE_TRACE_REDACT_PATTERNS = [r"\bCUST-\d{4,}\b"]
+    cleaner = Cleaner()
+    settings.AGENTSITE_TRACE_REDACTION = False
+    assert cleaner.clean({"text": "CUST-004211 jane@example.com"}) == {"text": "[redacted] [email]"}
+    assert Cleaner().clean("CUST-004211") == "CUST-004211"

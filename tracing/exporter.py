@@ -9,10 +9,14 @@ each batch in one transaction with a bounded number of queries:
 - a span whose trace is unknown gets a placeholder trace row first: a resumed run's spans
   arrive after its trace ended, and in another process the trace is not announced again;
 - spans are inserted in bulk, duplicates ignored;
-- the touched traces' start, end and token total are recomputed from their spans in one
-  UPDATE; a span with an error marks its trace as failed;
+- the touched traces' start, end and token total are recomputed from their spans, in one
+  UPDATE statement that also marks a trace with an error span as failed;
 - once committed, each touched trace is announced (`events.TraceUpdated`), so its open
   trace pages grow while the run executes.
+
+Rows are tuples written with one `executemany` per statement, in SQL made once from the
+models (`bulk_create` prepared each field of each row, which cost more than the inserts), and
+masked by one `redaction.Cleaner` per batch, which cleans each distinct string once.
 
 `export` never raises and never runs on an event loop. `install()` registers the processor
 once, at startup (`TracingConfig.ready`).
@@ -23,9 +27,10 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 from agents.tracing import Span as SDKSpan
 from agents.tracing import Trace as SDKTrace
@@ -42,8 +47,8 @@ from django.db import (
     models,
     transaction,
 )
-from django.db.models import Count, Max, Min, OuterRef, Q, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db.backends.utils import CursorWrapper
+from django.db.models.constants import OnConflict
 from django.utils import timezone
 
 from agentsite import events
@@ -79,11 +84,35 @@ class ExportStats:
     dropped_items: int = 0
 
 
+class TraceRow(NamedTuple):
+    """A trace as the exporter stores it (its run is looked up when it is written)."""
+
+    trace_id: str
+    workflow_name: str
+    group_id: str
+    metadata: dict[str, Any]
+
+
+class SpanRow(NamedTuple):
+    """A span as the exporter stores it: `Span`'s fields, masked."""
+
+    span_id: str
+    trace_id: str
+    parent_id: str | None
+    span_type: str
+    name: str
+    started_at: datetime | None
+    ended_at: datetime | None
+    span_data: dict[str, Any]
+    error: Any
+    total_tokens: int
+
+
 @dataclass
 class _Batch:
-    traces: dict[str, Trace] = field(default_factory=dict)
+    traces: dict[str, TraceRow] = field(default_factory=dict)
     run_ids: dict[str, int] = field(default_factory=dict)  # trace id -> metadata run_id
-    spans: dict[str, Span] = field(default_factory=dict)
+    spans: dict[str, SpanRow] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.traces) + len(self.spans)
@@ -115,7 +144,8 @@ class DatabaseExporter(TracingExporter):
 
     def _parse(self, items: list[SDKTrace | SDKSpan[Any]]) -> _Batch:
         batch = _Batch()
-        mask = redaction.enabled()
+        # One per batch: each distinct string of the batch is masked once.
+        cleaner = redaction.Cleaner()
         sensitive = bool(getattr(settings, "AGENTSITE_TRACE_SENSITIVE_DATA", True))
         for item in items:
             try:
@@ -123,13 +153,13 @@ class DatabaseExporter(TracingExporter):
                 if not exported:
                     continue
                 if exported.get("object") == "trace":
-                    trace = trace_row(exported, mask=mask)
+                    trace = trace_row(exported, cleaner=cleaner)
                     batch.traces[trace.trace_id] = trace
                     run_id = _run_id(exported.get("metadata"))
                     if run_id is not None:
                         batch.run_ids[trace.trace_id] = run_id
                 else:
-                    span = span_row(exported, mask=mask, sensitive=sensitive)
+                    span = span_row(exported, cleaner=cleaner, sensitive=sensitive)
                     batch.spans[span.span_id] = span
             except Exception as exc:
                 self._failed(1)
@@ -183,11 +213,10 @@ def _announce(trace_ids: set[str]) -> None:
     if not trace_ids:
         return
     try:
-        rows = (
-            Trace.objects.filter(trace_id__in=trace_ids)
-            .annotate(span_count=Count("spans"))
-            .values_list("trace_id", "status", "span_count")
-        )
+        keys = sorted(trace_ids)
+        with connection.cursor() as cursor:
+            cursor.execute(_sql().announce.format(keys=_placeholders(keys)), keys)
+            rows = cursor.fetchall()
         updates = [
             events.TraceUpdated(trace_id=trace_id, status=status, span_count=count)
             for trace_id, status, count in rows
@@ -202,40 +231,257 @@ def _only(mapping: dict[str, int], key: str) -> dict[str, int]:
 
 
 def _write(batch: _Batch) -> None:
-    span_trace_ids = {span.trace_id for span in batch.spans.values()}
-    with transaction.atomic():
-        runs = _runs_of(set(batch.traces) | span_trace_ids, set(batch.run_ids.values()))
+    """One transaction, a query per table: rows go as tuples, in one `executemany` each, with
+    SQL made once from the models (`_Statements`); `bulk_create`'s preparation of each field
+    of each row cost more than the inserts."""
+    spans = batch.spans.values()
+    span_trace_ids = {span.trace_id for span in spans}
+    sql = _sql()
+    ops = connection.ops
+    with transaction.atomic(), connection.cursor() as cursor:
+        runs = _runs_of(cursor, set(batch.traces) | span_trace_ids, set(batch.run_ids.values()))
+        now = ops.adapt_datetimefield_value(timezone.now())
         if batch.traces:
-            for trace in batch.traces.values():
-                trace.run_id = runs.by_trace.get(trace.trace_id) or runs.existing(
-                    batch.run_ids.get(trace.trace_id)
-                )
-            Trace.objects.bulk_create(
-                # In one order everywhere, so that two processes never lock rows crosswise.
-                sorted(batch.traces.values(), key=lambda trace: trace.trace_id),
-                update_conflicts=True,
-                unique_fields=["trace_id"],
-                update_fields=["workflow_name", "group_id", "metadata", "run", "updated"],
+            cursor.executemany(
+                sql.upsert_traces,
+                [
+                    _new_trace(
+                        trace.trace_id,
+                        runs.by_trace.get(trace.trace_id)
+                        or runs.existing(batch.run_ids.get(trace.trace_id)),
+                        now,
+                        trace.workflow_name,
+                        trace.group_id,
+                        trace.metadata,
+                    )
+                    # In one order everywhere, so that two processes never lock rows crosswise.
+                    for trace in sorted(batch.traces.values(), key=_by_trace_id)
+                ],
             )
         unknown = span_trace_ids - set(batch.traces)
         if unknown:
-            Trace.objects.bulk_create(
-                [Trace(trace_id=key, run_id=runs.by_trace.get(key)) for key in sorted(unknown)],
-                ignore_conflicts=True,
+            cursor.executemany(
+                sql.insert_placeholders,
+                [_new_trace(key, runs.by_trace.get(key), now) for key in sorted(unknown)],
             )
-        if not batch.spans:
+        if not spans:
             return
-        Span.objects.bulk_create(list(batch.spans.values()), ignore_conflicts=True)
-        failed = {span.trace_id for span in batch.spans.values() if span.error is not None}
-        if failed:
-            Trace.objects.filter(trace_id__in=failed).update(status=TraceStatus.ERROR)
-        finished = {span.trace_id for span in batch.spans.values() if span.parent_id is None}
-        if finished:
-            # Not a run of ours (those follow their run): done once its root span ended.
-            Trace.objects.filter(
-                trace_id__in=finished, run__isnull=True, status=TraceStatus.RUNNING
-            ).update(status=TraceStatus.OK)
-        _update_times_and_tokens(span_trace_ids)
+        adapt_json = ops.adapt_json_value
+        adapt_time = _time_adapter()
+        _insert_spans(
+            cursor,
+            sql.insert_spans,
+            [
+                (
+                    span.span_id,
+                    span.trace_id,
+                    span.parent_id,
+                    span.span_type,
+                    span.name,
+                    adapt_time(span.started_at),
+                    adapt_time(span.ended_at),
+                    adapt_json(span.span_data, None),
+                    None if span.error is None else adapt_json(span.error, None),
+                    span.total_tokens,
+                )
+                for span in spans
+            ],
+        )
+        failed = {span.trace_id for span in spans if span.error is not None}
+        # Not a run of ours (those follow their run): done once its root span ended.
+        finished = {span.trace_id for span in spans if span.parent_id is None}
+        # Each trace's first start, last end and token total, from all its spans; a span with
+        # an error fails the trace; a root span ends a foreign trace still running.
+        cursor.executemany(
+            sql.update_trace,
+            [(now, key in failed, key in finished, key) for key in sorted(span_trace_ids)],
+        )
+
+
+def _time_adapter() -> Callable[[datetime | None], Any]:
+    """`connection.ops.adapt_datetimefield_value` for the aware datetimes of `parse_time`,
+    cheaper. On SQLite that is, once its checks passed, the time in the connection's time
+    zone as text without an offset; for a UTC time to a UTC connection (the SDK's times,
+    Django's default), its `isoformat(" ")` less "+00:00". A test holds it to Django's."""
+    if connection.vendor != "sqlite" or not settings.USE_TZ:
+        return connection.ops.adapt_datetimefield_value
+    zone = connection.timezone
+
+    def adapt(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        if value.tzinfo is UTC and zone is UTC:
+            return value.isoformat(" ")[:-6]
+        return str(value.astimezone(zone).replace(tzinfo=None))
+
+    return adapt
+
+
+def _by_trace_id(trace: TraceRow) -> str:
+    return trace.trace_id
+
+
+def _insert_spans(cursor: CursorWrapper, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    cursor.executemany(sql, rows)
+
+
+def _new_trace(
+    trace_id: str,
+    run_id: int | None,
+    now: Any,
+    workflow_name: str = "",
+    group_id: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> tuple[Any, ...]:
+    """A new `Trace` row, in `TRACE_FIELDS` order, with the model's defaults."""
+    return (
+        trace_id,
+        workflow_name,
+        group_id,
+        connection.ops.adapt_json_value({} if metadata is None else metadata, None),
+        None,
+        None,
+        TraceStatus.RUNNING.value,
+        0,
+        run_id,
+        now,
+        now,
+    )
+
+
+# The fields the exporter writes, in the order of its rows: all of each model's own but the
+# primary key (a test holds them to the models).
+TRACE_FIELDS = (
+    "trace_id",
+    "workflow_name",
+    "group_id",
+    "metadata",
+    "started_at",
+    "ended_at",
+    "status",
+    "total_tokens",
+    "run",
+    "created",
+    "updated",
+)
+# What a trace delivered again updates (never its status, which the engine owns).
+TRACE_UPSERT_FIELDS = ("workflow_name", "group_id", "metadata", "run", "updated")
+SPAN_FIELDS = (
+    "span_id",
+    "trace",
+    "parent_id",
+    "span_type",
+    "name",
+    "started_at",
+    "ended_at",
+    "span_data",
+    "error",
+    "total_tokens",
+)
+
+
+@dataclass(frozen=True)
+class _Statements:
+    upsert_traces: str
+    insert_placeholders: str
+    insert_spans: str
+    update_trace: str
+    runs: str  # + " OR ".join(runs_by_trace, runs_by_pk), {keys} made placeholders
+    runs_by_trace: str
+    runs_by_pk: str
+    run_pk_range: tuple[int | None, int | None]
+    announce: str  # {keys}: placeholders
+
+
+_statements: dict[str, _Statements] = {}
+
+
+def _sql() -> _Statements:
+    """The exporter's SQL for this database, made once from the models' `_meta`."""
+    made = _statements.get(connection.vendor)
+    if made is None:
+        made = _statements[connection.vendor] = _make_statements()
+    return made
+
+
+def _column(model: type[models.Model], name: str) -> str:
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field) and field.column
+    return str(field.column)
+
+
+def _insert(model: type[models.Model], names: tuple[str, ...], on_conflict: OnConflict) -> str:
+    """The INSERT of `bulk_create(ignore_conflicts=True)` or, for traces, of
+    `bulk_create(update_conflicts=True, unique_fields=["trace_id"],
+    update_fields=TRACE_UPSERT_FIELDS)`, with the database's own conflict clause (`INSERT OR
+    IGNORE` on SQLite, `ON CONFLICT DO NOTHING` on PostgreSQL, `ON CONFLICT (...) DO UPDATE`
+    on both)."""
+    ops = connection.ops
+    columns = [_column(model, name) for name in names]
+    updating = on_conflict == OnConflict.UPDATE
+    suffix = ops.on_conflict_suffix_sql(
+        [model._meta.get_field(name) for name in names],
+        on_conflict,
+        [_column(model, name) for name in TRACE_UPSERT_FIELDS] if updating else None,
+        [_column(model, "trace_id")] if updating else None,
+    )
+    return (
+        f"{ops.insert_statement(on_conflict=on_conflict)} {ops.quote_name(model._meta.db_table)} "
+        f"({', '.join(map(ops.quote_name, columns))}) "
+        f"VALUES ({_placeholders(columns)}) {suffix}"
+    ).strip()
+
+
+def _make_statements() -> _Statements:
+    ops = connection.ops
+
+    def q(model: type[models.Model], name: str) -> str:
+        return f"{ops.quote_name(model._meta.db_table)}.{ops.quote_name(_column(model, name))}"
+
+    traces = ops.quote_name(Trace._meta.db_table)
+    spans = ops.quote_name(Span._meta.db_table)
+    assert Span._meta.pk is not None and AgentRun._meta.pk is not None
+    spans_of_trace = f"FROM {spans} WHERE {q(Span, 'trace')} = {q(Trace, 'trace_id')}"
+    status = q(Trace, "status")
+    return _Statements(
+        upsert_traces=_insert(Trace, TRACE_FIELDS, OnConflict.UPDATE),
+        insert_placeholders=_insert(Trace, TRACE_FIELDS, OnConflict.IGNORE),
+        insert_spans=_insert(Span, SPAN_FIELDS, OnConflict.IGNORE),
+        # Params: updated, failed, finished, trace id.
+        update_trace=(
+            f"UPDATE {traces} SET "
+            f"{ops.quote_name(_column(Trace, 'started_at'))} = "
+            f"(SELECT MIN({q(Span, 'started_at')}) {spans_of_trace}), "
+            f"{ops.quote_name(_column(Trace, 'ended_at'))} = "
+            f"(SELECT MAX({q(Span, 'ended_at')}) {spans_of_trace}), "
+            f"{ops.quote_name(_column(Trace, 'total_tokens'))} = "
+            f"COALESCE((SELECT SUM({q(Span, 'total_tokens')}) {spans_of_trace}), 0), "
+            f"{ops.quote_name(_column(Trace, 'updated'))} = %s, "
+            f"{ops.quote_name(_column(Trace, 'status'))} = CASE "
+            f"WHEN %s THEN '{TraceStatus.ERROR.value}' "
+            f"WHEN %s AND {q(Trace, 'run')} IS NULL "
+            f"AND {status} = '{TraceStatus.RUNNING.value}' THEN '{TraceStatus.OK.value}' "
+            f"ELSE {status} END "
+            f"WHERE {q(Trace, 'trace_id')} = %s"
+        ),
+        runs=(
+            f"SELECT {q(AgentRun, AgentRun._meta.pk.name)}, {q(AgentRun, 'trace_id')} "
+            f"FROM {ops.quote_name(AgentRun._meta.db_table)} WHERE "
+        ),
+        runs_by_trace=f"{q(AgentRun, 'trace_id')} IN ({{keys}})",
+        runs_by_pk=f"{q(AgentRun, AgentRun._meta.pk.name)} IN ({{keys}})",
+        run_pk_range=ops.integer_field_range(AgentRun._meta.pk.get_internal_type()),
+        announce=(
+            f"SELECT {q(Trace, 'trace_id')}, {status}, COUNT({q(Span, Span._meta.pk.name)}) "
+            f"FROM {traces} LEFT JOIN {spans} ON {q(Span, 'trace')} = {q(Trace, 'trace_id')} "
+            f"WHERE {q(Trace, 'trace_id')} IN ({{keys}}) "
+            f"GROUP BY {q(Trace, 'trace_id')}, {status}"
+        ),
+    )
+
+
+def _placeholders(values: Sized) -> str:
+    return ", ".join(["%s"] * len(values))
 
 
 @dataclass
@@ -247,14 +493,25 @@ class _Runs:
         return run_id if run_id in self.pks else None
 
 
-def _runs_of(trace_ids: set[str], run_ids: set[int]) -> _Runs:
+def _runs_of(cursor: CursorWrapper, trace_ids: set[str], run_ids: set[int]) -> _Runs:
     """The runs these traces belong to: by the trace id the engine chose, else by the
     `run_id` in the trace's metadata (only if that run exists: a foreign key must hold)."""
-    if not trace_ids and not run_ids:
-        return _Runs({}, set())
-    rows = AgentRun.objects.filter(Q(trace_id__in=trace_ids) | Q(pk__in=run_ids)).values_list(
-        "pk", "trace_id"
+    sql = _sql()
+    # A run id out of the primary key's range names no run (and SQLite refuses it).
+    low, high = sql.run_pk_range
+    pk_keys = sorted(
+        pk for pk in run_ids if (low is None or pk >= low) and (high is None or pk <= high)
     )
+    trace_keys = sorted(trace_ids)
+    conditions = [
+        template.format(keys=_placeholders(keys))
+        for template, keys in ((sql.runs_by_trace, trace_keys), (sql.runs_by_pk, pk_keys))
+        if keys
+    ]
+    if not conditions:
+        return _Runs({}, set())
+    cursor.execute(sql.runs + " OR ".join(conditions), [*trace_keys, *pk_keys])
+    rows = cursor.fetchall()
     by_trace: dict[str, int] = {}
     pks: set[int] = set()
     for pk, trace_id in rows:
@@ -264,35 +521,24 @@ def _runs_of(trace_ids: set[str], run_ids: set[int]) -> _Runs:
     return _Runs(by_trace, pks)
 
 
-def _update_times_and_tokens(trace_ids: set[str]) -> None:
-    """One UPDATE: each trace's first start, last end and token total, from all its spans."""
-    spans = Span.objects.filter(trace=OuterRef("trace_id")).order_by().values("trace")
-    Trace.objects.filter(trace_id__in=trace_ids).update(
-        started_at=Subquery(spans.annotate(value=Min("started_at")).values("value")),
-        ended_at=Subquery(spans.annotate(value=Max("ended_at")).values("value")),
-        total_tokens=Coalesce(
-            Subquery(spans.annotate(value=Sum("total_tokens")).values("value")),
-            0,
-            output_field=models.PositiveBigIntegerField(),
-        ),
-        updated=timezone.now(),
-    )
-
-
 # --- from the SDK's dicts to rows -----------------------------------------------------------
 
 
-def trace_row(exported: dict[str, Any], *, mask: bool = True) -> Trace:
-    metadata = redaction.clean(exported.get("metadata") or {}, mask=mask)
-    return Trace(
+def trace_row(exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = None) -> TraceRow:
+    clean = (cleaner or redaction.Cleaner()).clean
+    metadata = clean(exported.get("metadata") or {})
+    return TraceRow(
         trace_id=str(exported["id"]),
-        workflow_name=str(redaction.clean(exported.get("workflow_name") or "", mask=mask))[:255],
+        workflow_name=str(clean(exported.get("workflow_name") or ""))[:255],
         group_id=str(exported.get("group_id") or "")[:255],
         metadata=metadata if isinstance(metadata, dict) else {"metadata": metadata},
     )
 
 
-def span_row(exported: dict[str, Any], *, mask: bool = True, sensitive: bool = True) -> Span:
+def span_row(
+    exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = None, sensitive: bool = True
+) -> SpanRow:
+    clean = (cleaner or redaction.Cleaner()).clean
     raw_data = exported.get("span_data") or {}
     kind, inner = span_kind(raw_data)
     tokens = usage_tokens(kind, raw_data)
@@ -303,18 +549,18 @@ def span_row(exported: dict[str, Any], *, mask: bool = True, sensitive: bool = T
                 raw_data[name] = None
     if exported.get("metadata") and "metadata" not in raw_data:
         raw_data = {**raw_data, "metadata": exported["metadata"]}
-    data = redaction.clean(raw_data, mask=mask)
+    data = clean(raw_data)
     error = exported.get("error")
-    return Span(
+    return SpanRow(
         span_id=str(exported["id"]),
         trace_id=str(exported["trace_id"]),
         parent_id=exported.get("parent_id") or None,
         span_type=kind[:40],
-        name=str(redaction.clean(span_name(kind, raw_data, inner), mask=mask))[:255],
+        name=str(clean(span_name(kind, raw_data, inner)))[:255],
         started_at=parse_time(exported.get("started_at")),
         ended_at=parse_time(exported.get("ended_at")),
         span_data=data if isinstance(data, dict) else {"data": data},
-        error=None if error is None else redaction.clean(error, mask=mask),
+        error=None if error is None else clean(error),
         total_tokens=tokens,
     )
 
@@ -371,7 +617,7 @@ def parse_time(value: Any) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
-    if timezone.is_naive(parsed):
+    if parsed.tzinfo is None:  # what `timezone.is_naive` says of what `fromisoformat` makes
         parsed = parsed.replace(tzinfo=UTC)
     return parsed
 

@@ -226,57 +226,168 @@ def clean(value: Any, *, mask: bool | None = None) -> Any:
     floats become null, and strings lose NUL characters and unpaired surrogates (PostgreSQL's
     jsonb refuses both).
     """
-    return _clean(value, enabled() if mask is None else mask, depth=0)
+    return Cleaner(mask=mask).clean(value)
 
 
 _MAX_DEPTH = 64
 
 
-def _clean(value: Any, mask: bool, depth: int) -> Any:
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        # A card number sent as a JSON number.
-        if mask and 10**12 <= abs(value) < 10**19 and luhn_valid(str(abs(value))):
-            return CARD
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        return _clean_string(value, mask, depth)
-    if depth >= _MAX_DEPTH:
-        return "[too deep]"
-    if isinstance(value, dict):
+class Cleaner:
+    """`clean` for many values in a row (the exporter makes one per batch): the settings are
+    read once, and each distinct string is cleaned once; traces repeat the same strings (each
+    generation span carries the conversation so far, a tool's arguments come back as its
+    span's input) again and again.
+
+    What a string becomes depends on the string alone, except for one that may hold JSON:
+    that one is parsed and cleaned inside, to a depth limit, so it is remembered per depth.
+    """
+
+    __slots__ = ("_custom", "_json", "_keys", "_strings", "mask")
+
+    def __init__(self, *, mask: bool | None = None) -> None:
+        self.mask = enabled() if mask is None else mask
+        self._custom = custom_patterns() if self.mask else ()
+        self._strings: dict[str, str] = {}  # a string that cannot hold JSON -> cleaned
+        self._json: dict[tuple[str, int], str] = {}  # (a string that may, depth) -> cleaned
+        self._keys: dict[str, tuple[str, bool]] = {}  # a dict key -> (cleaned, names a secret)
+
+    def clean(self, value: Any) -> Any:
+        return self._clean(value, 0)
+
+    def _clean(self, value: Any, depth: int) -> Any:
+        kind = type(value)
+        if kind is str:
+            cleaned = self._strings.get(value)
+            return self._string(value, depth) if cleaned is None else cleaned
+        if value is None or kind is bool:
+            return value
+        if kind is int:
+            # A card number sent as a JSON number.
+            if self.mask and 10**12 <= abs(value) < 10**19 and luhn_valid(str(abs(value))):
+                return CARD
+            return value
+        if kind is float:
+            return value if math.isfinite(value) else None
+        if kind is dict and depth < _MAX_DEPTH:
+            return self._dict(value, depth)
+        if kind is list and depth < _MAX_DEPTH:
+            return self._list(value, depth)
+        return self._other(value, depth)
+
+    def _dict(self, value: dict[Any, Any], depth: int) -> dict[str, Any]:
+        # Always a copy: the SDK's span data holds the runs' own objects, and what was masked
+        # must be what is stored, even if one of them changes before the batch is written.
         cleaned: dict[str, Any] = {}
+        keys = self._keys
+        strings = self._strings
+        below = depth + 1
         for key, item in value.items():
-            name = _clean_string(key if isinstance(key, str) else str(key), mask, depth, False)
-            if mask and isinstance(item, str) and item and _SECRET_KEY.match(name):
+            entry = keys.get(key) if type(key) is str else None
+            if entry is None:
+                entry = self._key(key)
+            name, secret = entry
+            if type(item) is str:  # `_clean`'s first case, inlined: most values are strings
+                if secret and item:
+                    cleaned[name] = SECRET
+                else:
+                    text = strings.get(item)
+                    cleaned[name] = self._string(item, below) if text is None else text
+            elif item is None:
+                cleaned[name] = None
+            elif secret and isinstance(item, str) and item:
                 cleaned[name] = SECRET
             else:
-                cleaned[name] = _clean(item, mask, depth + 1)
+                cleaned[name] = self._clean(item, below)
         return cleaned
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_clean(item, mask, depth + 1) for item in value]
-    if hasattr(value, "model_dump"):
-        try:
-            return _clean(value.model_dump(mode="json"), mask, depth + 1)
-        except Exception:
-            pass
-    return _clean_string(str(value), mask, depth)
+
+    def _list(self, value: list[Any], depth: int) -> list[Any]:
+        strings = self._strings
+        below = depth + 1
+        cleaned: list[Any] = []
+        for item in value:
+            if type(item) is str:
+                text = strings.get(item)
+                cleaned.append(self._string(item, below) if text is None else text)
+            else:
+                cleaned.append(self._clean(item, below))
+        return cleaned
+
+    def _key(self, key: Any) -> tuple[str, bool]:
+        text = key if isinstance(key, str) else str(key)
+        name = self._text(text)
+        entry = (name, bool(self.mask and _SECRET_KEY.match(name)))
+        if type(key) is str:
+            self._keys[key] = entry
+        return entry
+
+    def _other(self, value: Any, depth: int) -> Any:
+        """What the fast paths of `_clean` leave: subclasses, containers at the depth limit,
+        tuples and sets, objects."""
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            if self.mask and 10**12 <= abs(value) < 10**19 and luhn_valid(str(abs(value))):
+                return CARD
+            return value
+        if isinstance(value, float):
+            return value if math.isfinite(value) else None
+        if isinstance(value, str):
+            return self._compute_string(value, depth)
+        if depth >= _MAX_DEPTH:
+            return "[too deep]"
+        if isinstance(value, dict):
+            return self._dict(value, depth)
+        if isinstance(value, list | tuple | set | frozenset):
+            return [self._clean(item, depth + 1) for item in value]
+        if hasattr(value, "model_dump"):
+            try:
+                return self._clean(value.model_dump(mode="json"), depth + 1)
+            except Exception:
+                pass
+        return self._compute_string(str(value), depth)
+
+    def _string(self, text: str, depth: int) -> str:
+        """A `str` value (not a dict key), remembered: by itself when it cannot hold JSON,
+        else with its depth."""
+        key = (text, depth)
+        cleaned = self._json.get(key)
+        if cleaned is not None:
+            return cleaned
+        cleaned = self._compute_string(text, depth)
+        if self.mask and _may_be_json(_storable(text)):
+            self._json[key] = cleaned
+        else:
+            self._strings[text] = cleaned
+        return cleaned
+
+    def _compute_string(self, text: str, depth: int) -> str:
+        text = _storable(text)
+        if not self.mask:
+            return text
+        if depth < _MAX_DEPTH and _may_be_json(text):
+            inner = _json_inside(text)
+            if inner is not None:
+                cleaned = self._clean(inner, depth + 1)
+                if cleaned == inner:
+                    return text
+                return json.dumps(cleaned, ensure_ascii=False)
+        return self._masked(text)
+
+    def _text(self, text: str) -> str:
+        """A string never read as JSON (a dict key)."""
+        text = _storable(text)
+        return self._masked(text) if self.mask else text
+
+    def _masked(self, text: str) -> str:
+        if len(text) <= _CACHED_LENGTH:
+            return _mask_cached(text, self._custom)
+        return _mask(text, self._custom)
 
 
-def _clean_string(text: str, mask: bool, depth: int, nested: bool = True) -> str:
-    text = _storable(text)
-    if not mask:
-        return text
-    if nested and depth < _MAX_DEPTH:
-        inner = _json_inside(text)
-        if inner is not None:
-            cleaned = _clean(inner, mask, depth + 1)
-            if cleaned == inner:
-                return text
-            return json.dumps(cleaned, ensure_ascii=False)
-    return mask_text(text)
+def _may_be_json(text: str) -> bool:
+    """False for a string `_json_inside` certainly refuses: its first character that
+    `str.strip` keeps is not `{` or `[` (`isspace` is what `strip` removes)."""
+    return bool(text) and (text[0] in "{[" or text[0].isspace())
 
 
 def _json_inside(text: str) -> Any:
@@ -293,6 +404,8 @@ def _json_inside(text: str) -> Any:
 def _storable(text: str) -> str:
     if "\x00" in text:
         text = text.replace("\x00", "")
+    if text.isascii():  # no surrogate: nothing to replace
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
