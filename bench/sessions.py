@@ -255,24 +255,31 @@ def _row(case: str, samples: dict[str, Samples], what: str) -> Row:
 
 
 def _relaxed_row(case: str, samples: dict[str, Samples]) -> Row:
-    return compared(
-        BENCHMARK,
+    return _reference_row(
         f"{case}, vs SQLiteSession with synchronous=NORMAL",
-        ops_per_second(samples["ours"]),
-        ops_per_second(samples["relaxed"]),
-        ratio(samples["ours"], samples["relaxed"]),
+        samples,
+        "relaxed",
         "reference: the same calls against a SQLiteSession that, like agentsite's database, "
         "does not sync the disk at each commit; what remains is the cost of the store itself",
     )
 
 
 def _sqlalchemy_row(case: str, samples: dict[str, Samples]) -> Row:
-    return compared(
-        BENCHMARK,
+    return _reference_row(
         f"{case}, vs SQLAlchemySession (aiosqlite)",
-        ops_per_second(samples["ours"]),
-        ops_per_second(samples["sqlalchemy"]),
-        ratio(samples["ours"], samples["sqlalchemy"]),
+        samples,
+        "sqlalchemy",
         "the SDK's SQLAlchemy store on a SQLite file through aiosqlite (its defaults), the "
         "same calls: time per call, ours ÷ SQLAlchemySession's",
+    )
+
+
+def _reference_row(case: str, samples: dict[str, Samples], peer: str, meaning: str) -> Row:
+    return compared(
+        BENCHMARK,
+        case,
+        ops_per_second(samples["ours"]),
+        ops_per_second(samples[peer]),
+        ratio(samples["ours"], samples[peer]),
+        meaning,
     )
