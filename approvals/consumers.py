@@ -7,10 +7,17 @@ not from the event, and a page re-reads its list whenever its socket (re)connect
 What a socket shows comes from its query string (validated with `InboxSocketForm`):
 `?show=pending&agent=..&tool=..` (the pending list), `?show=request&request=<pk>` (one
 request's decision panel), anything else only the pending count.
+
+One event reaches every open inbox of this process at once, and most of them show the same
+thing. So a socket's frame is rendered once per event and per what it depends on besides the
+event (a pending list's filter; a request page's request; nothing for the count alone), and
+every socket of that view sends the same text (see `shared`).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -23,6 +30,124 @@ from agentsite.permissions import is_reviewer
 from approvals import views
 from approvals.forms import InboxSocketForm
 from approvals.models import ApprovalRequest
+
+# --- fragments rendered once per event, shared by this process's sockets -------------------
+
+# How long a finished render is kept for sockets whose handler starts late. Every socket in
+# the group receives the event at the same moment, so this only has to cover the spread of
+# their handlers; a later event (its own key) always renders afresh.
+SHARE_SECONDS = 2.0
+SHARE_MAX = 1024
+
+_Key = tuple[Hashable, ...]
+
+
+class _Shared:
+    """One render for one key: its task, and when it finished (None while it runs)."""
+
+    __slots__ = ("done_at", "key", "loop", "task")
+
+    def __init__(self, key: _Key, render: Coroutine[Any, Any, str]) -> None:
+        self.key = key
+        self.loop = asyncio.get_running_loop()
+        self.task = self.loop.create_task(render)
+        self.done_at: float | None = None
+        self.task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[str]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            if _shared.get(self.key) is self:
+                _shared.pop(self.key, None)
+        else:
+            self.done_at = self.loop.time()
+
+
+_shared: dict[_Key, _Shared] = {}
+
+
+def _forget_stale(now: float) -> None:
+    for key, entry in list(_shared.items()):
+        if entry.loop.is_closed() or (
+            entry.done_at is not None and now - entry.done_at > SHARE_SECONDS
+        ):
+            _shared.pop(key, None)
+    if len(_shared) >= SHARE_MAX:  # a burst of events: drop the oldest finished renders
+        for key in [key for key, entry in _shared.items() if entry.done_at is not None]:
+            _shared.pop(key, None)
+            if len(_shared) < SHARE_MAX // 2:
+                break
+
+
+async def shared(key: _Key, render: Callable[[], Coroutine[Any, Any, str]]) -> str:
+    """`render()`'s text for `key`, rendered at most once while it is fresh: sockets asking
+    while it renders await the same render, sockets asking shortly after get its text.
+
+    The render runs in its own task, so a socket that closes while waiting cancels only its
+    own wait. A render that fails is not kept: each of its waiters gets the error, and the
+    next socket renders again.
+    """
+    loop = asyncio.get_running_loop()
+    entry = _shared.get(key)
+    if (
+        entry is None
+        or entry.loop is not loop
+        or (entry.done_at is not None and loop.time() - entry.done_at > SHARE_SECONDS)
+    ):
+        _forget_stale(loop.time())
+        entry = _shared[key] = _Shared(key, render())
+    return await asyncio.shield(entry.task)
+
+
+def event_key(event: events.Event) -> _Key:
+    """What tells one event from another: its whole payload. Two sockets handling the same
+    published event share its renders; any other event, even about the same request, does not.
+    """
+    return (event.type, event.model_dump_json())
+
+
+# --- the renders, in the database's thread ------------------------------------------------
+# Each returns a socket's whole frame, the pending badge last: one trip to the database's
+# thread per event and per view.
+
+
+def _load(pk: int) -> ApprovalRequest | None:
+    return views.with_people(ApprovalRequest.objects.all()).filter(pk=pk).first()
+
+
+def _badge() -> str:
+    context = {"pending_count": views.pending_count(), "oob": True}
+    return render_to_string("approvals/_badge.html", context)
+
+
+@database_sync_to_async
+def _render_badge() -> str:
+    return _badge()
+
+
+@database_sync_to_async
+def _render_new_row(request_id: int, back: str) -> str:
+    approval = views.with_people(views.open_requests()).filter(pk=request_id).first()
+    if approval is None:
+        return _badge()
+    row = views.render_row(approval, back=back)
+    return f'<div hx-swap-oob="afterbegin:#pending-rows">{row}</div>' + _badge()
+
+
+@database_sync_to_async
+def _render_decided_row(request_id: int, matches: Callable[[str, str], bool], back: str) -> str:
+    approval = _load(request_id)
+    if approval is None or not matches(approval.agent_name, approval.tool_name):
+        return _badge()
+    return views.render_row(approval, oob="true", back=back) + _badge()
+
+
+@database_sync_to_async
+def _render_panel(request_id: int) -> str:
+    approval = _load(request_id)
+    if approval is None:
+        return _badge()
+    context = {**views.panel_context(approval), "oob": True}
+    return render_to_string("approvals/_decision_panel.html", context) + _badge()
 
 
 class InboxConsumer(AsyncWebsocketConsumer):
@@ -37,6 +162,13 @@ class InboxConsumer(AsyncWebsocketConsumer):
             return
         self.show = self.view.cleaned_data.get("show") or "count"
         self.request_id = self.view.cleaned_data.get("request")
+        # What this socket's rows depend on besides the event: its filter, which decides
+        # the rows it gets and the link back to its list in each of them.
+        self.filter = (
+            self.view.cleaned_data.get("agent") or "",
+            self.view.cleaned_data.get("tool") or "",
+        )
+        self.back = views.inbox_url(views.filter_query(self.view))
         await self.channel_layer.group_add(events.INBOX_GROUP, self.channel_name)
         await self.accept()
 
@@ -60,40 +192,26 @@ class InboxConsumer(AsyncWebsocketConsumer):
         if html.strip():
             await self.send(text_data=html)
 
-    # --- rendering, in the database's thread ----------------------------------------------
+    # --- this socket's frame, rendered once per event and view (see `shared`) -------------
 
-    @database_sync_to_async
-    def _created(self, event: events.ApprovalCreated) -> str:
-        parts = []
+    async def _created(self, event: events.ApprovalCreated) -> str:
+        key = event_key(event)
         if self.show == "pending" and self.view.matches(event.agent_name, event.tool_name):
-            approval = views.with_people(views.open_requests()).filter(pk=event.request_id).first()
-            if approval is not None:
-                row = views.render_row(approval, back=self._back())
-                parts.append(f'<div hx-swap-oob="afterbegin:#pending-rows">{row}</div>')
-        parts.append(self._badge())
-        return "".join(parts)
+            back = self.back
+            return await shared(
+                (*key, "pending", self.filter),
+                lambda: _render_new_row(event.request_id, back),
+            )
+        return await shared((*key, "badge"), _render_badge)
 
-    @database_sync_to_async
-    def _decided(self, event: events.ApprovalDecided) -> str:
-        parts = []
+    async def _decided(self, event: events.ApprovalDecided) -> str:
+        key = event_key(event)
         if self.show == "pending":
-            approval = self._load(event.request_id)
-            if approval is not None and self.view.matches(approval.agent_name, approval.tool_name):
-                parts.append(views.render_row(approval, oob="true", back=self._back()))
-        elif self.show == "request" and event.request_id == self.request_id:
-            approval = self._load(event.request_id)
-            if approval is not None:
-                context = {**views.panel_context(approval), "oob": True}
-                parts.append(render_to_string("approvals/_decision_panel.html", context))
-        parts.append(self._badge())
-        return "".join(parts)
-
-    def _load(self, pk: int) -> ApprovalRequest | None:
-        return views.with_people(ApprovalRequest.objects.all()).filter(pk=pk).first()
-
-    def _badge(self) -> str:
-        context = {"pending_count": views.pending_count(), "oob": True}
-        return render_to_string("approvals/_badge.html", context)
-
-    def _back(self) -> str:
-        return views.inbox_url(views.filter_query(self.view))
+            matches, back = self.view.matches, self.back
+            return await shared(
+                (*key, "pending", self.filter),
+                lambda: _render_decided_row(event.request_id, matches, back),
+            )
+        if self.show == "request" and event.request_id == self.request_id:
+            return await shared((*key, "panel"), lambda: _render_panel(event.request_id))
+        return await shared((*key, "badge"), _render_badge)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db.models import Q
+from django.db.models import Q, Subquery
 
 from agentsite import runs
 
@@ -55,7 +56,10 @@ class HistoryFilterForm(InboxFilterForm):
         """The filter on `ApprovalDecision` rows."""
         q = self._q("request__")
         if self.cleaned_data.get("reviewer"):
-            q &= Q(reviewer__username=self.cleaned_data["reviewer"])
+            # The reviewer's id, looked up first: a join to the users would keep PostgreSQL
+            # from reading that reviewer's decisions in index order (newest first).
+            users = get_user_model().objects.filter(username=self.cleaned_data["reviewer"])
+            q &= Q(reviewer=Subquery(users.values("pk")[:1]))
         decision = self.cleaned_data.get("decision")
         # Only the site itself decides without a reviewer: when a request expires.
         if decision == "approved":

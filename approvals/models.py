@@ -174,7 +174,12 @@ class ApprovalRequest(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "call_id"], name="one_request_per_call")
         ]
-        indexes = [models.Index(fields=["status", "-created"], name="request_status_created")]
+        indexes = [
+            models.Index(fields=["status", "-created"], name="request_status_created"),
+            # The history's agent and tool choices (the distinct pairs of decided requests),
+            # read from this index alone instead of from every row.
+            models.Index(fields=["agent_name", "tool_name", "status"], name="request_agent_tool"),
+        ]
         permissions = [("decide_approvalrequest", "Can approve or reject tool calls")]
 
     def __str__(self) -> str:
@@ -210,6 +215,7 @@ class ApprovalDecision(models.Model):
         on_delete=models.SET_NULL,
         related_name="approval_decisions",
         help_text="Empty when the site decided itself (expiry).",
+        db_index=False,  # `decision_reviewer_created` starts with it
     )
     approved = models.BooleanField()
     message = models.TextField(blank=True)
@@ -223,8 +229,12 @@ class ApprovalDecision(models.Model):
 
     class Meta:
         ordering = ["-created"]
-        # The history tab pages through every decision newest first.
-        indexes = [models.Index(fields=["-created", "-id"], name="decision_created")]
+        # The history tab pages through every decision newest first, or through one
+        # reviewer's (`reviewer IS NULL`: the expired ones) without sorting them.
+        indexes = [
+            models.Index(fields=["-created", "-id"], name="decision_created"),
+            models.Index(fields=["reviewer", "-created", "-id"], name="decision_reviewer_created"),
+        ]
 
     def __str__(self) -> str:
         verb = "approved" if self.approved else "rejected"

@@ -446,12 +446,18 @@ def history(request: HttpRequest) -> HttpResponse:
     """Every decision, newest first: the audit, read from `ApprovalDecision` rows."""
     form = HistoryFilterForm(request.GET)
     valid = form.is_valid()
-    decisions = ApprovalDecision.objects.select_related("request", "reviewer").order_by(
-        "-created", "-pk"
-    )
+    decisions = ApprovalDecision.objects.order_by("-created", "-pk")
     decisions = decisions.filter(form.decision_filter()) if valid else decisions.none()
-    page = Paginator(decisions, HISTORY_PAGE_SIZE).get_page(
+    # Page through the ids alone, then read the page's 50 rows with what they show: walking
+    # (or sorting) only `created` and `id` keeps a deep page, or a filter the indexes cannot
+    # order, from carrying every row's request and reviewer along.
+    page = Paginator(decisions.values_list("pk", flat=True), HISTORY_PAGE_SIZE).get_page(
         form.cleaned_data.get("page") if valid else 1
+    )
+    on_page = list(
+        ApprovalDecision.objects.select_related("request", "reviewer")
+        .filter(pk__in=list(page.object_list))
+        .order_by("-created", "-pk")
     )
     choices = _filter_choices(form, ApprovalRequest.objects.exclude(status=ApprovalStatus.PENDING))
     reviewers = _reviewer_names()
@@ -461,6 +467,7 @@ def history(request: HttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "page": page,
+        "decisions": on_page,
         "pending_count": pending_count(),
         "reviewer_choices": reviewers,
         "decision_choices": HistoryFilterForm.DECISIONS[1:],

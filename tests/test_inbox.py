@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.db.models import Q
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -519,6 +523,7 @@ def test_history_lists_decisions_and_filters_them(client: Client, rita: Any) -> 
 
     assert rows() == {approved.pk, rejected.pk, always.pk, expired.pk}
     assert rows(reviewer="bob") == {rejected.pk}
+    assert rows(reviewer="nobody") == set()  # not the expired ones, which have no reviewer
     assert rows(decision="approved") == {approved.pk, always.pk}
     assert rows(decision="rejected") == {rejected.pk}
     assert rows(decision="expired") == {expired.pk}
@@ -545,6 +550,99 @@ def test_history_pages_by_fifty(client: Client, rita: Any) -> None:
     second = text(client.get(reverse("inbox_history"), {"page": 2, "reviewer": "rita"}))
     assert second.count('id="decision-row-') == 1
     assert 'href="?page=1&amp;reviewer=rita"' in second  # the filter stays
+
+
+def test_history_pages_walk_an_index_newest_first_without_sorting(
+    client: Client, rita: Any
+) -> None:
+    """The page's query reads the decisions in index order (newest first, or one reviewer's
+    newest first) and stops after its rows: no scan of the table, no sort of it."""
+    bob = make_reviewer("bob")
+    run = make_run()
+    requests = ApprovalRequest.objects.bulk_create(
+        ApprovalRequest(
+            run=run,
+            pause=1,
+            call_id=f"call_history_{i}",
+            agent_name="Support desk",
+            tool_name="cancel_order",
+            arguments={"order_id": i},
+            arguments_hash="x",
+            status=ApprovalStatus.APPROVED,
+        )
+        for i in range(3000)
+    )
+    start = timezone.now() - timedelta(days=30)
+    decisions = ApprovalDecision.objects.bulk_create(
+        ApprovalDecision(
+            request=request,
+            reviewer=None if i % 10 == 0 else bob if i % 10 == 5 else rita,
+            approved=i % 10 != 0,
+            arguments_hash="x",
+        )
+        for i, request in enumerate(requests)
+    )
+    # Spread over a month, in an order unlike the ids, with ties broken by id.
+    for i, decision in enumerate(decisions):
+        decision.created = start + timedelta(minutes=(i * 7919) % 3000 // 2)
+    ApprovalDecision.objects.bulk_update(decisions, ["created"], batch_size=500)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE approvals_approvaldecision")
+
+    newest = {"decision_created"}
+    by_reviewer = {"decision_reviewer_created", "decision_created"}
+    for query, indexes, match in [
+        ({}, newest, Q()),
+        ({"page": "7"}, newest, Q()),
+        ({"reviewer": "bob"}, by_reviewer, Q(reviewer=bob)),
+        ({"reviewer": "rita", "page": "2"}, by_reviewer, Q(reviewer=rita)),
+        ({"decision": "expired"}, by_reviewer, Q(reviewer=None)),
+        ({"decision": "approved"}, newest, Q(approved=True)),
+    ]:
+        with CaptureQueriesContext(connection) as captured:
+            response = client.get(reverse("inbox_history"), query)
+        assert response.status_code == 200
+        page = int(query.get("page", 1))
+        expected = ApprovalDecision.objects.filter(match).order_by("-created", "-pk")
+        shown = [d.pk for d in response.context["decisions"]]
+        assert shown == [d.pk for d in expected[(page - 1) * 50 : page * 50]], query
+        assert shown, query
+
+        [listing] = [
+            q["sql"]
+            for q in captured.captured_queries
+            if 'FROM "approvals_approvaldecision"' in q["sql"]
+            and re.search(r"ORDER BY .* LIMIT \d+", q["sql"])
+        ]
+        plan = explain(listing)
+        assert any(index in plan for index in indexes), (query, plan)
+        assert "TEMP B-TREE" not in plan and "Sort" not in plan, (query, plan)
+        assert not re.search(
+            r"\bSCAN approvals_approvaldecision\b(?! USING)|Seq Scan on approvals_approvaldecision",
+            plan,
+        ), (query, plan)
+
+    if connection.vendor == "sqlite":
+        # The agent and tool choices come from an index, not from every request's row.
+        with CaptureQueriesContext(connection) as captured:
+            client.get(reverse("inbox_history"))
+        [choices] = [
+            q["sql"]
+            for q in captured.captured_queries
+            if "DISTINCT" in q["sql"] and "approvals_approvalrequest" in q["sql"]
+        ]
+        plan = explain(choices)
+        assert "COVERING INDEX request_agent_tool" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def explain(sql: str) -> str:
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("EXPLAIN QUERY PLAN " + sql)
+            return " | ".join(str(row[-1]) for row in cursor.fetchall())
+        cursor.execute("EXPLAIN " + sql)
+        return " | ".join(str(row[0]) for row in cursor.fetchall())
 
 
 # --- bounded queries ------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from html import escape
 from typing import Any
 
 import pytest
@@ -196,3 +197,179 @@ async def test_nothing_arrives_after_the_socket_closes() -> None:
     await asyncio.sleep(0.05)
     layer = get_channel_layer()
     assert not layer.groups.get(events.INBOX_GROUP)
+
+
+# --- one render per event, shared by the sockets that show the same thing -------------------
+
+
+@pytest.fixture
+def renders(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
+    """Counts the row and panel renders and the pending counts the sockets make."""
+    from approvals import consumers, views
+
+    consumers._shared.clear()
+    calls: dict[str, list[Any]] = {"row": [], "count": [], "panel": []}
+    render_row, pending_count, panel_context = (
+        views.render_row,
+        views.pending_count,
+        views.panel_context,
+    )
+
+    def counted_row(approval: Any, **context: Any) -> str:
+        calls["row"].append(context.get("back"))
+        return render_row(approval, **context)
+
+    def counted_count() -> int:
+        calls["count"].append(1)
+        return pending_count()
+
+    def counted_panel(approval: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls["panel"].append(approval.pk)
+        return panel_context(approval, *args, **kwargs)
+
+    monkeypatch.setattr(views, "render_row", counted_row)
+    monkeypatch.setattr(views, "pending_count", counted_count)
+    monkeypatch.setattr(views, "panel_context", counted_panel)
+    return calls
+
+
+async def open_sockets(user: Any, paths: list[str]) -> list[WebsocketCommunicator]:
+    cookie = await cookie_of(user)
+    sockets = []
+    for path in paths:
+        communicator = WebsocketCommunicator(router, path, headers=[ORIGIN, cookie])
+        connected, _ = await communicator.connect(timeout=3)
+        assert connected, path
+        sockets.append(communicator)
+    return sockets
+
+
+async def test_twenty_inboxes_get_the_same_row_rendered_once(renders: dict) -> None:
+    rita = await sync_to_async(make_reviewer)()
+    await sync_to_async(make_request)()  # already pending
+    request = await sync_to_async(make_request)(tool_name="send_email", arguments={"body": XSS})
+    request = await ApprovalRequest.objects.select_related("run").aget(pk=request.pk)
+    sockets = await open_sockets(rita, ["/ws/inbox/?show=pending"] * 20)
+
+    await created(request)
+
+    frames = [await socket.receive_from(timeout=3) for socket in sockets]
+    assert len(set(frames)) == 1
+    frame = frames[0]
+    assert frame.startswith(
+        f'<div hx-swap-oob="afterbegin:#pending-rows"><li id="request-{request.pk}" '
+    )
+    assert XSS not in frame and 'name="next" value="/inbox/"' in frame
+    assert '<span id="pending-count"' in frame and 'data-title-count="2"' in frame
+    assert renders["row"] == ["/inbox/"] and len(renders["count"]) == 1
+
+    # The next event renders afresh: a decision of the same request, seen by the same sockets.
+    await runs.adecide(request.pk, rita, False)
+    frames = [await socket.receive_from(timeout=3) for socket in sockets]
+    assert len(set(frames)) == 1
+    assert frames[0].startswith(
+        f'<li id="request-{request.pk}" class="row row-decided is-rejected"'
+    )
+    assert 'data-title-count="1"' in frames[0]
+    assert len(renders["row"]) == 2 and len(renders["count"]) == 2
+    for socket in sockets:
+        assert await socket.receive_nothing(timeout=0.05)
+        await socket.disconnect()
+
+
+async def test_each_view_gets_its_own_fragment_rendered_once(renders: dict) -> None:
+    rita = await sync_to_async(make_reviewer)()
+    request = await sync_to_async(make_request)(tool_name="issue_refund", agent_name="Billing")
+    other = await sync_to_async(make_request)()
+    request = await ApprovalRequest.objects.select_related("run").aget(pk=request.pk)
+    views_ = {
+        "all": "/ws/inbox/?show=pending",
+        "tool": "/ws/inbox/?show=pending&tool=issue_refund",
+        "both": "/ws/inbox/?show=pending&agent=Billing&tool=issue_refund",
+        "elsewhere": "/ws/inbox/?show=pending&tool=cancel_order",
+        "detail": f"/ws/inbox/?show=request&request={request.pk}",
+        "other_detail": f"/ws/inbox/?show=request&request={other.pk}",
+        "count": "/ws/inbox/",
+    }
+    names = [name for name in views_ for _ in range(3)]
+    sockets = await open_sockets(rita, [views_[name] for name in names])
+
+    async def frames() -> dict[str, str]:
+        got: dict[str, set[str]] = {}
+        for name, socket in zip(names, sockets, strict=True):
+            got.setdefault(name, set()).add(await socket.receive_from(timeout=3))
+        assert all(len(texts) == 1 for texts in got.values()), got  # same view, same text
+        return {name: texts.pop() for name, texts in got.items()}
+
+    # A new request: a row for each list it belongs in, with that list's link back.
+    await created(request)
+    new = await frames()
+    backs = {
+        "all": "/inbox/",
+        "tool": "/inbox/?tool=issue_refund",
+        "both": "/inbox/?agent=Billing&tool=issue_refund",
+    }
+    for name, back in backs.items():
+        assert f'<li id="request-{request.pk}" class="row row-pending">' in new[name]
+        assert f'name="next" value="{escape(back)}"' in new[name]
+        assert new[name].replace(escape(back), "/inbox/") == new["all"]  # only the link differs
+    badge = new["count"]
+    assert badge.startswith('<span id="pending-count"') and 'data-title-count="2"' in badge
+    for name in ("elsewhere", "detail", "other_detail"):
+        assert new[name] == badge
+    assert new["all"].endswith(badge)
+    # One render per view: three lists with a row, and one badge for all the others.
+    assert sorted(renders["row"]) == sorted(backs.values()) and len(renders["count"]) == 4
+
+    # Its decision: the decided row in the lists it is in, the panel on its own page.
+    await runs.adecide(request.pk, rita, True, message="fine")
+    decided = await frames()
+    badge = decided["count"]
+    assert 'data-title-count="1"' in badge
+    for name in backs:
+        assert decided[name].startswith(
+            f'<li id="request-{request.pk}" class="row row-decided is-approved" hx-swap-oob="true">'
+        )
+        assert decided[name].endswith(badge)
+    assert decided["detail"].startswith(f'<section id="decision-{request.pk}"')
+    assert "fine" in decided["detail"] and decided["detail"].endswith(badge)
+    for name in ("elsewhere", "other_detail"):
+        assert decided[name] == badge
+    assert len(renders["row"]) == 6 and renders["panel"] == [request.pk]
+    # Four lists (which of them a decided row belongs in is read with it), the panel, a badge.
+    assert len(renders["count"]) == 4 + 6
+    for socket in sockets:
+        assert await socket.receive_nothing(timeout=0.05)
+        await socket.disconnect()
+
+
+async def test_a_shared_render_runs_once_and_a_failed_one_is_not_kept() -> None:
+    from approvals import consumers
+
+    consumers._shared.clear()
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def render() -> str:
+        started.append(1)
+        await release.wait()
+        return "<p>row</p>"
+
+    waiters = [asyncio.create_task(consumers.shared(("event", 1), render)) for _ in range(50)]
+    await asyncio.sleep(0)
+    waiters[0].cancel()  # a socket that closes while waiting leaves the others their render
+    release.set()
+    results = await asyncio.gather(*waiters[1:])
+    assert results == ["<p>row</p>"] * 49 and started == [1]
+    assert await consumers.shared(("event", 1), render) == "<p>row</p>" and started == [1]
+    assert await consumers.shared(("event", 2), render) == "<p>row</p>" and started == [1, 1]
+
+    async def broken() -> str:
+        started.append(2)
+        raise RuntimeError("the database went away")
+
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            await consumers.shared(("event", 3), broken)
+    assert started.count(2) == 2  # tried again, not served from a failure
+    consumers._shared.clear()

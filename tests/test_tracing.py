@@ -390,3 +390,37 @@ def test_the_admin_shows_a_trace_with_its_spans(traces: Traces, admin_client: An
     assert page.content.decode().count("/admin/tracing/span/") >= 7
     assert "lookup_order" in detail.content.decode()
     assert admin_client.post(f"/admin/tracing/trace/{trace.pk}/change/").status_code == 403
+
+
+def test_the_trace_follows_its_run_in_one_statement_whatever_is_stored(settings: Any) -> None:
+    """`recording.follow_run` creates the trace's row when the exporter has not stored it
+    yet, sets its status from the run's, and keeps "error" once a span failed."""
+    from tracing import recording
+
+    settings.AGENTSITE_TRACING = True
+    conversation = make_conversation(owner=make_user(username="alice"))
+    run = AgentRun.objects.create(
+        conversation=conversation, agent_name="support", input="hi", trace_id="trace_" + "a" * 32
+    )
+    run = AgentRun.objects.select_related("conversation").get(pk=run.pk)
+
+    recording.follow_run(run, RunStatus.WAITING)  # no trace row yet: inserted
+    trace = Trace.objects.get(trace_id=run.trace_id)
+    assert trace.status == TraceStatus.WAITING
+    assert trace.run_id == run.pk and trace.group_id == conversation.session_id
+    assert trace.metadata == {"run_id": str(run.pk), "agent": "support"}
+
+    recording.follow_run(run, RunStatus.COMPLETED)  # the row exists: updated
+    assert Trace.objects.get(trace_id=run.trace_id).status == TraceStatus.OK
+
+    Span.objects.create(
+        span_id="span_" + "b" * 24, trace=trace, span_type="function", error={"message": "x"}
+    )
+    recording.follow_run(run, RunStatus.COMPLETED)  # a failed span wins over the run
+    assert Trace.objects.get(trace_id=run.trace_id).status == TraceStatus.ERROR
+
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    Span.objects.all().delete()
+    recording.follow_run(run.pk)  # by id: the run's status is read
+    assert Trace.objects.get(trace_id=run.trace_id).status == TraceStatus.ERROR
+    assert Trace.objects.count() == 1
