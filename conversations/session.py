@@ -19,7 +19,8 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, cast
 
 from agents.extensions.memory.encrypt_session import EncryptedSession, _is_encrypted_envelope
 from agents.items import TResponseInputItem
@@ -31,7 +32,7 @@ from agents.memory.session_settings import (
 )
 from cryptography.fernet import InvalidToken
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Subquery
 from django.utils import timezone
 
@@ -137,6 +138,21 @@ class DjangoSession(SessionABC):
         ]
 
     def _add_items_sync(self, items: list[TResponseInputItem]) -> None:
+        lean = _lean_transaction()
+        if lean is not None and self._conversation_pk is not None:
+            # SQLite, the conversation known: the two statements straight on the driver.
+            now = connection.ops.adapt_datetimefield_value(timezone.now())
+            with lean as driver:
+                touched = driver.execute(
+                    _qmark(_TOUCH_BY_PK_SQL), [now, self._conversation_pk, self.session_id]
+                )
+                if touched.rowcount == 1:
+                    driver.executemany(
+                        _qmark(_INSERT_SQL),
+                        [(self._conversation_pk, json.dumps(item), now) for item in items],
+                    )
+                    return
+            # Deleted meanwhile (nothing was written): the general path recreates it.
         with transaction.atomic(), connection.cursor() as cursor:
             now = connection.ops.adapt_datetimefield_value(timezone.now())
             conversation_pk = self._lock_conversation(cursor, now, create=True)
@@ -150,6 +166,13 @@ class DjangoSession(SessionABC):
     def _pop_sync(
         self, validate: Callable[[TResponseInputItem], None] | None
     ) -> TResponseInputItem | None:
+        lean = _lean_transaction()
+        if lean is not None:
+            # SQLite: its IMMEDIATE transaction serializes every writer, as SQLiteSession's
+            # lock does, so the one statement is the whole pop.
+            with lean as driver:
+                newest = driver.execute(_qmark(_POP_SQL), [self.session_id]).fetchone()
+                return _validated(newest, validate)
         with transaction.atomic(), connection.cursor() as cursor:
             if connection.vendor != "sqlite":
                 # Pops and appends of one conversation queue on its row lock. (SQLite's
@@ -161,14 +184,7 @@ class DjangoSession(SessionABC):
             # Deleted and read in one statement; a failed `validate` rolls the deletion back
             # (the exception leaves the transaction).
             cursor.execute(_POP_SQL, [self.session_id])
-            newest = cursor.fetchone()
-            if newest is None:
-                return None
-            (value,) = newest
-            payload = json.loads(value) if isinstance(value, (str, bytes)) else value
-            if validate is not None:
-                validate(payload)
-            return payload
+            return _validated(cursor.fetchone(), validate)
 
     def _clear_sync(self) -> None:
         with transaction.atomic(), connection.cursor() as cursor:
@@ -227,14 +243,38 @@ _TOUCH_BY_SESSION_SQL = (
 )
 
 
+def _validated(
+    row: tuple[Any, ...] | None, validate: Callable[[TResponseInputItem], None] | None
+) -> TResponseInputItem | None:
+    """A popped row's item; `validate` raising undoes the pop (it leaves the transaction)."""
+    if row is None:
+        return None
+    (value,) = row
+    payload = json.loads(value) if isinstance(value, (str, bytes)) else value
+    if validate is not None:
+        validate(payload)
+    return payload
+
+
+def _lean_transaction() -> AbstractContextManager[Any] | None:
+    """agentsite's SQLite backend's lean write transaction (agentsite/sqlite/base.py), where
+    it can be used: not inside a caller's `atomic()`. None elsewhere (PostgreSQL)."""
+    database = connections[DEFAULT_DB_ALIAS]
+    lean = getattr(database, "lean_transaction", None)
+    if lean is None or database.in_atomic_block:
+        return None
+    return cast(AbstractContextManager[Any], lean())
+
+
 def _fetch(sql: str, params: list[Any]) -> list[Any]:
-    if connection.vendor == "sqlite":
+    database = connections[DEFAULT_DB_ALIAS]
+    if database.vendor == "sqlite":
         # The read of every turn, straight on the driver's connection (Django's cursor
         # wrappers cost a third of it), with Django's error translation kept.
-        connection.ensure_connection()
-        with connection.wrap_database_errors:
-            return connection.connection.execute(_qmark(sql), params).fetchall()
-    with connection.cursor() as cursor:
+        database.ensure_connection()
+        with database.wrap_database_errors:
+            return database.connection.execute(_qmark(sql), params).fetchall()
+    with database.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
 

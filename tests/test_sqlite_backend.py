@@ -174,3 +174,36 @@ def test_checkpoints_run_in_the_background_after_commits() -> None:
         cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
         busy, log_frames, checkpointed = cursor.fetchone()
     assert busy == 0 and log_frames == checkpointed
+
+
+def test_a_lean_transaction_commits_or_rolls_back_whole_and_takes_its_turn() -> None:
+    wrapper = connections["default"]
+    lock = shared().lock
+    conversation = Conversation.objects.create(title="lean")
+    with wrapper.lean_transaction() as driver:  # type: ignore[attr-defined]
+        assert lock._is_owned()  # type: ignore[attr-defined]
+        driver.execute(
+            "UPDATE conversations_conversation SET title = ? WHERE id = ?",
+            ["done", conversation.pk],
+        )
+    assert not lock._is_owned()  # type: ignore[attr-defined]
+    conversation.refresh_from_db()
+    assert conversation.title == "done"
+
+    with pytest.raises(RuntimeError), wrapper.lean_transaction() as driver:  # type: ignore[attr-defined]
+        driver.execute(
+            "UPDATE conversations_conversation SET title = ? WHERE id = ?",
+            ["lost", conversation.pk],
+        )
+        raise RuntimeError
+    assert not lock._is_owned()  # type: ignore[attr-defined]
+    conversation.refresh_from_db()
+    assert conversation.title == "done"
+
+    # Not inside Django's own transaction, which would not know about it.
+    with (
+        pytest.raises(transaction.TransactionManagementError),
+        transaction.atomic(),
+        wrapper.lean_transaction(),  # type: ignore[attr-defined]
+    ):
+        pass

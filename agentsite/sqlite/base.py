@@ -24,9 +24,12 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db.backends.sqlite3 import base
+from django.db.transaction import TransactionManagementError
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +120,32 @@ class DatabaseWrapper(base.DatabaseWrapper):
             )
             connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
         return connection
+
+    @contextmanager
+    def lean_transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction straight on the driver's connection, for hot paths of a few
+        fixed statements (the session store): the process's write lock, `BEGIN IMMEDIATE`,
+        then COMMIT, or ROLLBACK on any exception. Django's `atomic()` and cursor wrappers
+        cost more than such a transaction's SQL. Statements use the driver's qmark style,
+        and the ORM must not be used inside (Django does not know the transaction is open).
+        """
+        if self.in_atomic_block:
+            raise TransactionManagementError("lean_transaction() inside atomic()")
+        self.ensure_connection()
+        raw = self.connection
+        self._take_write_lock()
+        try:
+            with self.wrap_database_errors:
+                raw.execute("BEGIN IMMEDIATE")
+                try:
+                    yield raw
+                except BaseException:
+                    raw.rollback()
+                    raise
+                raw.commit()
+        finally:
+            if self._give_write_lock() and self._shared is not None:
+                self._shared.after_commit()
 
     def create_cursor(self, name: str | None = None) -> Any:
         cursor = self.connection.cursor(factory=_QueuedWritesCursor)
