@@ -30,11 +30,12 @@ run: $(STAMP)
 system-packages:
 	scripts/ensure-system-packages
 
-# The whole suite on SQLite, then again (less the browser tests) on a throwaway PostgreSQL
-# server, where row locks and concurrent transactions behave differently.
+# The whole suite on SQLite, then again (less the browser tests and the tests of agentsite's
+# SQLite backend) on a throwaway PostgreSQL server, where row locks and concurrent
+# transactions behave differently.
 test: $(STAMP) system-packages
 	$(BIN)/python -m pytest
-	scripts/with-postgres $(BIN)/python -m pytest -m "not browser" -p no:cacheprovider
+	scripts/with-postgres $(BIN)/python -m pytest -m "not browser and not sqlite" -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

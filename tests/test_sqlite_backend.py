@@ -13,12 +13,8 @@ from django.db import connection, connections, transaction
 from agentsite.sqlite import base
 from conversations.models import Conversation
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        connection.vendor != "sqlite", reason="agentsite's SQLite backend; PostgreSQL has its own"
-    ),
-]
+# `make test` runs these on SQLite only (`-m "not sqlite"` on PostgreSQL).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
 
 def shared() -> base._File:
