@@ -20,12 +20,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from agents import RunConfig, Runner, SQLiteSession
-from django.db import connections
 
 from agentsite import executor, runs
+from agentsite.sqlite import base as sqlite_backend
 from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
 from bench.agents import MODEL_CALLS_PER_TURN, SLOW_AGENT, SLOW_LATENCY
@@ -35,16 +34,15 @@ BENCHMARK = "concurrency"
 IDEAL = MODEL_CALLS_PER_TURN * SLOW_LATENCY
 EFFICIENT = Goal(1 / 0.8, "≤ 1.25× (efficiency ≥ 80 %)")
 QUESTION = "Where is my order 7?"
-# Where Django's SQLite backend opens a transaction (with "BEGIN IMMEDIATE" here).
-BEGIN = "_start_transaction_under_autocommit"
 
 
 class Observed:
     """Besides the wall time: the process's CPU time over it (Python runs one thread at a
     time, so near 100 % of one core means the runs wait for the interpreter, not the model),
-    and the time Django's SQLite transactions waited in `BEGIN IMMEDIATE` for another writer
-    to commit. A waiting thread sleeps in SQLite's busy handler, which backs off up to 100 ms
-    between tries, so a wait can last far longer than the lock is held."""
+    and the time agentsite's SQLite writers waited for their turn: every write (a
+    transaction, the session store's lean transactions, a single write statement) first takes
+    the process's write lock (`agentsite/sqlite/base.py`), so that wait is all the waiting
+    for other writers of this process that SQLite would otherwise do in its busy handler."""
 
     def __init__(self) -> None:
         self.cpu: list[float] = []  # CPU seconds ÷ wall seconds, per repeat
@@ -53,23 +51,23 @@ class Observed:
 
     @contextmanager
     def watching(self) -> Iterator[None]:
-        # agentsite's SQLite backend: the wait includes its queue in the process
-        wrapper = type(connections["default"])
-        original = getattr(wrapper, BEGIN)
+        original = sqlite_backend._File.acquire
 
-        def begin(connection: Any) -> None:
+        def acquire(file: sqlite_backend._File) -> bool:
             started = time.perf_counter()
-            original(connection)
-            with self._lock:
-                self.waits.append(time.perf_counter() - started)
+            try:
+                return original(file)
+            finally:
+                with self._lock:
+                    self.waits.append(time.perf_counter() - started)
 
-        setattr(wrapper, BEGIN, begin)
+        sqlite_backend._File.acquire = acquire  # type: ignore[method-assign]
         cpu, wall = time.process_time(), time.perf_counter()
         try:
             yield
         finally:
             self.cpu.append((time.process_time() - cpu) / (time.perf_counter() - wall))
-            setattr(wrapper, BEGIN, original)
+            sqlite_backend._File.acquire = original  # type: ignore[method-assign]
 
     def cpu_share(self) -> str:
         return f"{statistics.median(self.cpu):.0%} of one core"
@@ -144,7 +142,7 @@ def measure(config: Config, count: int) -> list[Row]:
             f"{count} runs through the in-process executor at once, each 2 model calls of "
             f"{SLOW_LATENCY * 1000:.0f} ms; efficiency = ideal ÷ wall. CPU busy "
             f"{mine.cpu_share()} over the wall. SQLite writers waited {waited * 1000:.1f} ms "
-            f"per run for the write lock (summed over threads, in the transactions Django opens; "
+            f"per run for the write lock (summed over threads, every write counted; "
             f"longest wait {longest * 1000:.0f} ms)",
             EFFICIENT,
         ),
