@@ -61,7 +61,7 @@ class Observed:
                 with self._lock:
                     self.waits.append(time.perf_counter() - started)
 
-        sqlite_backend._File.acquire = acquire  # type: ignore[method-assign]
+        sqlite_backend._File.acquire = acquire  # type: ignore[method-assign,assignment]
         cpu, wall = time.process_time(), time.perf_counter()
         try:
             yield
