@@ -1,9 +1,10 @@
-"""Pages: the reviewers' inbox rendered on a full database, and its websocket push.
+"""Pages: the reviewers' inbox rendered on a full database, its websocket push, and a long
+run's trace page.
 
 - Render: server time of `GET /inbox/` and `GET /inbox/history/` through Django's test Client
   (every middleware, the session, the template), first with a few requests, then with 1,000
-  pending and 100,000 decided ones. Peer: the login page through the same stack, the least a
-  page costs here.
+  pending and 100,000 decided ones; and of the trace page of a run of 2,000 spans. Peer: the
+  login page through the same stack, the least a page costs here.
 - Push: reviewers connected to the inbox socket through channels' `WebsocketCommunicator`;
   an `approval.created` event is published as the run engine publishes it, and each
   reviewer's wait for its fragment is timed. Peer: as many plain channels in a group of the
@@ -18,6 +19,7 @@ import asyncio
 import importlib
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -25,6 +27,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import transaction
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 
 from agentsite import events
 from approvals.models import (
@@ -49,6 +52,7 @@ from bench.harness import (
     timed,
 )
 from conversations.models import Conversation
+from tracing.models import Span, Trace
 
 BENCHMARK = "pages"
 TOOLS = ("refund_order", "cancel_order", "wire_money")
@@ -96,7 +100,84 @@ def measure(config: Config) -> list[Row]:
     rows.append(render_row(client, "/inbox/", scale, repeats, count))
     rows.append(render_row(client, "/inbox/history/", scale, repeats, count))
     rows.append(push_row(config, data, reviewer))
+
+    spans = config.pick(200, 2_000)
+    trace_id = long_trace(spans)
+    rows.append(
+        render_row(
+            client,
+            reverse("trace_detail", args=[trace_id]),
+            f"{spans:,} spans",
+            repeats,
+            count,
+            label=f"GET /traces/<id>/, a run of {spans:,} spans",
+            what=f"the trace page of a run of {spans:,} spans (tree, waterfall, first span)",
+        )
+    )
     return rows
+
+
+def long_trace(count: int) -> str:
+    """A trace shaped like a long run: a task, an agent, then turns of a model call and a tool
+    call each, with inputs and outputs of a realistic size. Returns its id."""
+    trace = Trace.objects.create(
+        trace_id=f"trace_{uuid.uuid4().hex}", workflow_name="agentsite: Bench", status="ok"
+    )
+    began = timezone.now() - timedelta(hours=1)
+    spans: list[Span] = []
+
+    def span(
+        kind: str, title: str, parent: Span | None, start: float, end: float, **data: Any
+    ) -> Span:
+        made = Span(
+            span_id=f"span_{uuid.uuid4().hex[:24]}",
+            trace=trace,
+            parent_id=parent.span_id if parent else None,
+            span_type=kind,
+            name=title,
+            started_at=began + timedelta(seconds=start),
+            ended_at=began + timedelta(seconds=end),
+            span_data={"type": kind, **data},
+            total_tokens=data.get("usage", {}).get("total_tokens", 0),
+        )
+        spans.append(made)
+        return made
+
+    task = span("task", "agentsite: Bench", None, 0, count)
+    agent = span(
+        "agent", "Bench tool", task, 0.01, count, name="Bench tool", tools=["lookup_order"]
+    )
+    turn_number = 0
+    while len(spans) < count:
+        turn_number += 1
+        at = float(turn_number)
+        turn = span("turn", f"turn {turn_number}", agent, at, at + 1)
+        span(
+            "generation",
+            "gpt-4.1-mini",
+            turn,
+            at,
+            at + 0.6,
+            model="gpt-4.1-mini",
+            input=[{"role": "user", "content": "Where is my order 7? " * 10}],
+            output=[{"role": "assistant", "content": "Let me look that up."}],
+            usage={"input_tokens": 120, "output_tokens": 12, "total_tokens": 132},
+        )
+        span(
+            "function",
+            "lookup_order",
+            turn,
+            at + 0.6,
+            at + 0.9,
+            name="lookup_order",
+            input='{"order_id": 7}',
+            output="Order 7 shipped yesterday.",
+        )
+    Span.objects.bulk_create(spans[:count], batch_size=500)
+    Trace.objects.filter(pk=trace.pk).update(
+        started_at=began, ended_at=began + timedelta(seconds=count)
+    )
+    return trace.trace_id
 
 
 class Data:
@@ -162,7 +243,16 @@ def get(client: Client, path: str) -> None:
     assert response.status_code == 200, (path, response.status_code)
 
 
-def render_row(client: Client, path: str, scale: str, repeats: int, count: int) -> Row:
+def render_row(
+    client: Client,
+    path: str,
+    scale: str,
+    repeats: int,
+    count: int,
+    *,
+    label: str | None = None,
+    what: str | None = None,
+) -> Row:
     login = reverse("login")
     samples = interleave(
         {
@@ -174,12 +264,13 @@ def render_row(client: Client, path: str, scale: str, repeats: int, count: int) 
     ours, peer = samples["ours"], samples["peer"]
     return compared(
         BENCHMARK,
-        f"GET {path}, {scale}",
+        label or f"GET {path}, {scale}",
         f"p50 {ms(ours.percentile(50))}, p99 {ms(ours.percentile(99))}",
         f"p50 {ms(peer.percentile(50))}, p99 {ms(peer.percentile(99))}",
         ratio(ours, peer, median_of),
-        f"server time to render {path} for a reviewer (test Client: middleware, session, "
-        f"queries, template) with {scale} requests ÷ the login page through the same stack",
+        f"server time to render {what or f'{path} with {scale} requests'} for a reviewer "
+        "(test Client: middleware, session, queries, template) ÷ the login page through the "
+        "same stack",
     )
 
 

@@ -47,12 +47,13 @@ def conversation(agent_name: str) -> Conversation:
 
 
 def reviewer() -> Any:
-    """A user allowed to decide approval requests."""
+    """A user allowed to decide approval requests and to read traces."""
     user = get_user_model().objects.create_user(username=f"rita-{uuid.uuid4().hex[:8]}")
     user.user_permissions.add(
         Permission.objects.get(
             codename="decide_approvalrequest", content_type__app_label="approvals"
-        )
+        ),
+        Permission.objects.get(codename="view_trace", content_type__app_label="tracing"),
     )
     return get_user_model().objects.get(pk=user.pk)  # without a stale permission cache
 
