@@ -30,6 +30,7 @@ from approvals.models import (
 )
 from conversations.models import SessionItem
 from tests.factories import make_conversation, make_reviewer, make_user
+from tests.plans import explain
 
 pytestmark = pytest.mark.django_db
 
@@ -634,15 +635,6 @@ def test_history_pages_walk_an_index_newest_first_without_sorting(
         ]
         plan = explain(choices)
         assert "COVERING INDEX request_agent_tool" in plan and "TEMP B-TREE" not in plan, plan
-
-
-def explain(sql: str) -> str:
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("EXPLAIN QUERY PLAN " + sql)
-            return " | ".join(str(row[-1]) for row in cursor.fetchall())
-        cursor.execute("EXPLAIN " + sql)
-        return " | ".join(str(row[0]) for row in cursor.fetchall())
 
 
 # --- bounded queries ------------------------------------------------------------------------

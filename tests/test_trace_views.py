@@ -30,6 +30,7 @@ from approvals.models import AgentRun, RunStatus
 from tests import scripted
 from tests.conftest import Traces
 from tests.factories import make_conversation, make_user
+from tests.plans import explain
 from tests.test_inbox import make_run
 from tests.test_runs import make_reviewer
 from tracing import tree as trees
@@ -444,15 +445,6 @@ def test_it_pages_through_100000_traces_by_keyset_through_an_index(
         assert any(index in plan for index in indexes), (url, plan)
         assert not re.search(r"\bSCAN tracing_trace\b(?! USING)|Seq Scan on tracing_trace", plan)
         print(f"\n{url}: {plan}")
-
-
-def explain(sql: str) -> str:
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("EXPLAIN QUERY PLAN " + sql)
-            return " | ".join(str(row[-1]) for row in cursor.fetchall())
-        cursor.execute("EXPLAIN " + sql)
-        return " | ".join(str(row[0]) for row in cursor.fetchall())
 
 
 # --- one trace: made in the database --------------------------------------------------------
