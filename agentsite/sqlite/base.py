@@ -144,8 +144,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
                     raise
                 raw.commit()
         finally:
-            if self._give_write_lock() and self._shared is not None:
-                self._shared.after_commit()
+            self._give_write_lock(wrote=True)
 
     def create_cursor(self, name: str | None = None) -> Any:
         cursor = self.connection.cursor(factory=_QueuedWritesCursor)
@@ -166,8 +165,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         try:
             super()._commit()  # type: ignore[misc]
         finally:
-            if self._give_write_lock() and self._shared is not None:
-                self._shared.after_commit()
+            self._give_write_lock(wrote=True)
 
     def _rollback(self) -> None:
         try:
@@ -185,13 +183,16 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if self._shared is not None and not self._holds_write_lock:
             self._holds_write_lock = self._shared.acquire()
 
-    def _give_write_lock(self) -> bool:
+    def _give_write_lock(self, *, wrote: bool = False) -> None:
+        """Release the lock if this connection holds it; after a write, the checkpointer
+        is told there may be work."""
         if not self._holds_write_lock:
-            return False
+            return
         self._holds_write_lock = False
         assert self._shared is not None
         self._shared.lock.release()
-        return True
+        if wrote:
+            self._shared.after_commit()
 
 
 class _QueuedWritesCursor(base.SQLiteCursorWrapper):
@@ -219,20 +220,14 @@ class _QueuedWritesCursor(base.SQLiteCursorWrapper):
             and not query.lstrip()[:9].upper().startswith(_READS)
         )
 
-    def _turn(self) -> _Turn:
-        return _Turn(self.wrapper)
-
-
-class _Turn:
-    def __init__(self, wrapper: DatabaseWrapper) -> None:
-        self.wrapper = wrapper
-        self.taken = False
-
-    def __enter__(self) -> None:
-        if not self.wrapper._holds_write_lock:
-            self.wrapper._take_write_lock()
-            self.taken = self.wrapper._holds_write_lock
-
-    def __exit__(self, *exc: object) -> None:
-        if self.taken and self.wrapper._give_write_lock() and self.wrapper._shared is not None:
-            self.wrapper._shared.after_commit()
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        wrapper = self.wrapper
+        if wrapper._holds_write_lock:  # already this connection's turn
+            yield
+            return
+        wrapper._take_write_lock()
+        try:
+            yield
+        finally:
+            wrapper._give_write_lock(wrote=True)
