@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+View = Callable[..., HttpResponse]
 
 DECIDE_PERMISSION = "approvals.decide_approvalrequest"
 
@@ -23,3 +30,19 @@ def can_view_traces(user: Any) -> bool:
         and user.is_active
         and (user.is_staff or user.has_perm(VIEW_TRACES_PERMISSION))
     )
+
+
+def allowed_only(allowed: Callable[[Any], bool], refusal: str) -> Callable[[View], View]:
+    """A view decorator: 403 with `refusal` for a signed-in user whom `allowed` refuses
+    (stack it under `login_required`, which sends visitors to the login page)."""
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not allowed(request.user):
+                raise PermissionDenied(refusal)
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -8,8 +8,7 @@ swaps fragments when it runs, plain forms redirect with a message when it does n
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from functools import wraps
+from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -18,7 +17,6 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Permission
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -31,7 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from agentsite import runs
-from agentsite.permissions import DECIDE_PERMISSION, is_reviewer
+from agentsite.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
 from approvals.forms import (
     BulkDecisionForm,
     DecisionForm,
@@ -94,16 +92,8 @@ def render_row(approval: ApprovalRequest, **context: Any) -> str:
 # --- access ---------------------------------------------------------------------------------
 
 
-def reviewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """403 for a signed-in user who may not decide tool calls (stack under login_required)."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_reviewer(request.user):
-            raise PermissionDenied("Only reviewers can open the inbox.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
+# 403 for a signed-in user who may not decide tool calls (stack under login_required).
+reviewer_required = allowed_only(is_reviewer, "Only reviewers can open the inbox.")
 
 
 def _get_request_for_reviewer(request: HttpRequest, pk: int) -> ApprovalRequest:

@@ -23,10 +23,9 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 from django.urls import reverse
 
-from agentsite import events
+from agentsite import events, permissions
 from approvals.models import AgentRun
 from tracing.models import Span, Trace
-from tracing.views import can_view_traces
 
 
 class TraceConsumer(AsyncWebsocketConsumer):
@@ -36,7 +35,7 @@ class TraceConsumer(AsyncWebsocketConsumer):
         self.trace_id = str(self.scope["url_route"]["kwargs"]["trace_id"])
         self.groups_joined = []
         group = events.trace_group(self.trace_id)
-        if not await database_sync_to_async(can_view_traces)(self.scope.get("user")):
+        if not await database_sync_to_async(permissions.can_view_traces)(self.scope.get("user")):
             await self.close()  # before accept: the handshake is refused
             return
         if group is None:

@@ -10,14 +10,12 @@ stores and the page re-reads its tree.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import Case, CharField, Count, Q, QuerySet, Value, When
 from django.db.models.fields.json import KT
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -55,20 +53,10 @@ TREE_FIELDS = (
 # --- access ---------------------------------------------------------------------------------
 
 
-# One definition, shared with the nav (agentsite/context_processors.py).
-can_view_traces = permissions.can_view_traces
-
-
-def trace_viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """403 for a signed-in user who may not see traces (stack under login_required)."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not can_view_traces(request.user):
-            raise PermissionDenied("Only operators can see traces.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
+# 403 for a signed-in user who may not see traces (stack under login_required).
+trace_viewer_required = permissions.allowed_only(
+    permissions.can_view_traces, "Only operators can see traces."
+)
 
 
 def _get_trace_for_viewer(request: HttpRequest, trace_id: str) -> Trace:
