@@ -26,8 +26,7 @@ from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from tests.browser import log_in
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_user
-from tests.test_runs import make_reviewer
+from tests.factories import make_conversation, make_reviewer, make_user
 from tests.test_trace_views import (
     HANDOFF_AND_TOOLS,
     make_span,

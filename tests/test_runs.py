@@ -28,7 +28,7 @@ from approvals.models import (
 )
 from conversations.session import DjangoSession
 from tests import scripted
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import make_conversation, make_reviewer, make_user, start_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,14 +46,8 @@ def fresh_registry() -> Any:
     registry._cache.clear()
 
 
-def start(text: str, agent_name: str = "support") -> AgentRun:
-    alice = make_user(username=f"alice{AgentRun.objects.count()}")
-    conversation = make_conversation(owner=alice, agent_name=agent_name)
-    return runs.start_run(conversation, text, alice)
-
-
 def pause(text: str, agent_name: str = "support") -> AgentRun:
-    run = start(text, agent_name)
+    run = start_run(text, agent_name)
     asyncio.run(runs.execute(run.pk))
     run.refresh_from_db()
     assert run.status == RunStatus.WAITING, run.error
@@ -77,7 +71,7 @@ def cancelled_42() -> int:
 
 
 def test_it_queues_a_run_and_hands_it_to_the_executor_after_commit(submitted: list) -> None:
-    run = start("where is order 7")
+    run = start_run("where is order 7")
     assert run.status == RunStatus.QUEUED
     assert run.trace_id.startswith("trace_")
     assert submitted == [("execute", run.pk)]
@@ -123,7 +117,7 @@ async def test_it_publishes_events_only_about_what_was_committed(submitted: list
     layer = get_channel_layer()
     inbox = await layer.new_channel()
     await layer.group_add(events.INBOX_GROUP, inbox)
-    run = await sync_to_async(start)("cancel order 42")
+    run = await sync_to_async(start_run)("cancel order 42")
     watcher = await layer.new_channel()
     await layer.group_add(events.conversation_group(run.conversation_id), watcher)
 
@@ -512,7 +506,7 @@ def test_a_run_failed_meanwhile_is_neither_completed_nor_paused(
         tools=[scripted.get_recovered, scripted.delete_account],
     )
     name = scripted.install(settings, agent)
-    run = start("go", agent_name=name)
+    run = start_run("go", agent_name=name)
     asyncio.run(runs.execute(run.pk))
 
     run.refresh_from_db()

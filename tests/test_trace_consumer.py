@@ -19,10 +19,9 @@ from channels.testing import WebsocketCommunicator
 from agentsite import events, executor, runs
 from agentsite.demo.seed import seed_orders
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_user
+from tests.factories import make_conversation, make_reviewer, make_user
 from tests.test_inbox import make_run
 from tests.test_inbox_consumer import ORIGIN, cookie_of
-from tests.test_runs import make_reviewer
 from tests.test_trace_views import make_span, make_staff, make_trace, make_viewer
 from tracing.exporter import DatabaseExporter
 from tracing.models import Span, Trace

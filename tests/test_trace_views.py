@@ -29,10 +29,9 @@ from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, RunStatus
 from tests import scripted
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_user
+from tests.factories import make_conversation, make_reviewer, make_user
 from tests.plans import explain
 from tests.test_inbox import make_run
-from tests.test_runs import make_reviewer
 from tracing import tree as trees
 from tracing.forms import make_cursor
 from tracing.models import Span, Trace, TraceStatus

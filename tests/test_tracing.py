@@ -24,11 +24,11 @@ from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from tests import scripted
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_user
-from tests.test_runs import make_reviewer
+from tests.factories import make_conversation, make_reviewer, make_user, start_run
 from tracing.models import Span, Trace, TraceStatus
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Jobs handed to the executor are recorded (the shared `submitted` fixture): each test drives them.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("submitted")]
 
 
 @pytest.fixture(autouse=True)
@@ -43,23 +43,8 @@ def fresh_registry() -> Any:
     registry._cache.clear()
 
 
-@pytest.fixture(autouse=True)
-def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Jobs handed to the executor, recorded instead of run, so each test drives them."""
-    calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
-    )
-    return calls
-
-
-def start(text: str, agent_name: str = "support") -> AgentRun:
-    alice = make_user(username=f"alice{AgentRun.objects.count()}")
-    return runs.start_run(make_conversation(owner=alice, agent_name=agent_name), text, alice)
-
-
 def run_to_end(text: str, agent_name: str = "support") -> AgentRun:
-    run = start(text, agent_name)
+    run = start_run(text, agent_name)
     asyncio.run(runs.execute(run.pk))
     run.refresh_from_db()
     return run
