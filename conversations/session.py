@@ -12,7 +12,6 @@ database keeps them apart.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -142,13 +141,13 @@ class DjangoSession(SessionABC):
         if lean is not None and self._conversation_pk is not None:
             # SQLite, the conversation known: the two statements straight on the driver.
             now = connection.ops.adapt_datetimefield_value(timezone.now())
-            with lean as driver:
-                touched = driver.execute(
-                    _qmark(_TOUCH_BY_PK_SQL), [now, self._conversation_pk, self.session_id]
+            with lean as cursor:
+                touched = cursor.execute(
+                    _TOUCH_BY_PK_SQL, [now, self._conversation_pk, self.session_id]
                 )
                 if touched.rowcount == 1:
-                    driver.executemany(
-                        _qmark(_INSERT_SQL),
+                    cursor.executemany(
+                        _INSERT_SQL,
                         [(self._conversation_pk, json.dumps(item), now) for item in items],
                     )
                     return
@@ -170,14 +169,11 @@ class DjangoSession(SessionABC):
         if lean is not None:
             # SQLite: its IMMEDIATE transaction serializes every writer, as SQLiteSession's
             # lock does, so the one statement is the whole pop.
-            with lean as driver:
-                newest = driver.execute(_qmark(_POP_SQL), [self.session_id]).fetchone()
-                return _validated(newest, validate)
+            with lean as cursor:
+                return _validated(cursor.execute(_POP_SQL, [self.session_id]).fetchone(), validate)
         with transaction.atomic(), connection.cursor() as cursor:
             if connection.vendor != "sqlite":
-                # Pops and appends of one conversation queue on its row lock. (SQLite's
-                # IMMEDIATE transaction already serializes every writer, as SQLiteSession's
-                # lock does: there, the one statement below is the whole pop.)
+                # Pops and appends of one conversation queue on its row lock.
                 now = connection.ops.adapt_datetimefield_value(timezone.now())
                 if self._lock_conversation(cursor, now, create=False) is None:
                     return None
@@ -268,20 +264,12 @@ def _lean_transaction() -> AbstractContextManager[Any] | None:
 
 def _fetch(sql: str, params: list[Any]) -> list[Any]:
     database = connections[DEFAULT_DB_ALIAS]
-    if database.vendor == "sqlite":
-        # The read of every turn, straight on the driver's connection (Django's cursor
-        # wrappers cost a third of it), with Django's error translation kept.
-        database.ensure_connection()
-        with database.wrap_database_errors:
-            return database.connection.execute(_qmark(sql), params).fetchall()
+    lean_fetch = getattr(database, "lean_fetch", None)
+    if lean_fetch is not None:  # agentsite's SQLite backend: the read of every turn
+        return cast(list[Any], lean_fetch(sql, params))
     with database.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
-
-
-@functools.cache
-def _qmark(sql: str) -> str:
-    return sql.replace("%s", "?")
 
 
 class UnreadableSessionItem(Exception):

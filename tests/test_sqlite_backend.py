@@ -179,16 +179,19 @@ def test_a_lean_transaction_commits_or_rolls_back_whole_and_takes_its_turn() -> 
     with wrapper.lean_transaction() as driver:  # type: ignore[attr-defined]
         assert lock._is_owned()  # type: ignore[attr-defined]
         driver.execute(
-            "UPDATE conversations_conversation SET title = ? WHERE id = ?",
+            "UPDATE conversations_conversation SET title = %s WHERE id = %s",
             ["done", conversation.pk],
         )
     assert not lock._is_owned()  # type: ignore[attr-defined]
     conversation.refresh_from_db()
     assert conversation.title == "done"
+    assert wrapper.lean_fetch(  # type: ignore[attr-defined]
+        "SELECT title FROM conversations_conversation WHERE id = %s", [conversation.pk]
+    ) == [("done",)]
 
     with pytest.raises(RuntimeError), wrapper.lean_transaction() as driver:  # type: ignore[attr-defined]
         driver.execute(
-            "UPDATE conversations_conversation SET title = ? WHERE id = ?",
+            "UPDATE conversations_conversation SET title = %s WHERE id = %s",
             ["lost", conversation.pk],
         )
         raise RuntimeError
