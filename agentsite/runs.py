@@ -258,6 +258,7 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
     now = timezone.now()
     run.trace_id = _trace_id(result) or run.trace_id
     ops = connection.ops
+    stamp = ops.adapt_datetimefield_value(now)
     with transaction.atomic(), connection.cursor() as cursor:
         # Only a run that is still ours: one failed meanwhile (recovery, a crash handler)
         # stays so. Plain SQL: it ends every turn.
@@ -268,8 +269,8 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
                 _final_text(result.final_output),
                 ops.adapt_json_value(_usage(result), None),
                 run.trace_id,
-                ops.adapt_datetimefield_value(now),
-                ops.adapt_datetimefield_value(now),
+                stamp,
+                stamp,
                 run.pk,
                 RunStatus.RUNNING,
             ],
@@ -335,6 +336,7 @@ def _parse_arguments(raw: Any) -> Any:
 
 def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> _Outcome:
     state = result.to_state().to_json()
+    run.trace_id = _trace_id(result) or run.trace_id
     now = timezone.now()
     expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
     outcome = _Outcome()
@@ -369,11 +371,10 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                 sdk_version=SDK_VERSION,
                 state_schema_version=str(state.get("$schemaVersion", "")),
                 agent_fingerprint=registry.fingerprint(agent),
-                trace_id=_trace_id(result) or run.trace_id,
+                trace_id=run.trace_id,
                 usage=_usage(result),
                 updated=now,
             )
-            run.trace_id = _trace_id(result) or run.trace_id
             recording.follow_run(run, RunStatus.WAITING)
     except IntegrityError as exc:
         # The model reused a call id of this run: its calls could no longer be told apart.

@@ -48,13 +48,7 @@ def follow_run(run: AgentRun | int, status: str | None = None) -> None:
 
 def _run_row(run: AgentRun | int, status: str | None) -> Mapping[str, Any] | None:
     if isinstance(run, AgentRun) and status is not None:
-        return {
-            "pk": run.pk,
-            "trace_id": run.trace_id,
-            "status": status,
-            "agent_name": run.agent_name,
-            "conversation__session_id": run.conversation.session_id,
-        }
+        return _fields(run, status)
     run_id = run.pk if isinstance(run, AgentRun) else run
     return (
         AgentRun.objects.filter(pk=run_id)
@@ -72,16 +66,7 @@ def record_decision(
         return
     try:
         with transaction.atomic():
-            _upsert_trace(
-                {
-                    "pk": run.pk,
-                    "trace_id": run.trace_id,
-                    "agent_name": run.agent_name,
-                    "conversation__session_id": run.conversation.session_id,
-                },
-                TraceStatus.RUNNING,
-                follow=False,
-            )
+            _upsert_trace(_fields(run, run.status), TraceStatus.RUNNING, follow=False)
             Span.objects.create(
                 span_id=gen_span_id(),
                 trace_id=run.trace_id,
@@ -110,6 +95,17 @@ def record_decision(
         logger.exception(
             "Tracing: the decision on request %s was not added to its trace", request.pk
         )
+
+
+def _fields(run: AgentRun, status: str) -> Mapping[str, Any]:
+    """What the trace's row takes from a run already in hand (its conversation loaded)."""
+    return {
+        "pk": run.pk,
+        "trace_id": run.trace_id,
+        "status": status,
+        "agent_name": run.agent_name,
+        "conversation__session_id": run.conversation.session_id,
+    }
 
 
 def _decision(decision: ApprovalDecision, status: str) -> str:
