@@ -1,7 +1,12 @@
 # agentsite: `make run` starts the site, `make test` runs the whole suite. Both set up
 # everything they need first, from this repository's own files.
 
-PYTHON ?= python3.11
+# Python 3.13: the first of these that runs (pyenv's shim answers "command not found" for a
+# version it does not have active, so each candidate is tried, not just looked up).
+PYTHON ?= $(shell for p in python3.13 $$HOME/.pyenv/versions/3.13*/bin/python3.13 \
+	/usr/local/bin/python3.13 /usr/bin/python3.13; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null && { echo $$p; break; }; \
+	done)
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
@@ -11,8 +16,10 @@ STAMP := $(VENV)/.installed
 
 # The virtualenv is rebuilt whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=..."; exit 1; }
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -n "$(PYTHON)" || { echo "Python 3.13 not found; set PYTHON=/path/to/python3.13"; exit 1; }
+	@# A virtualenv of another Python (an older checkout's) is rebuilt, not reused.
+	$(BIN)/python -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null \
+		|| { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet ".[dev,postgres]"
 	@touch $(STAMP)

@@ -17,8 +17,8 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from agentsite import executor, providers  # noqa: E402
 from agentsite.routing import websocket_urlpatterns  # noqa: E402
+from engine import executor, providers  # noqa: E402
 
 providers.log_active_provider()
 
@@ -34,5 +34,5 @@ router = ProtocolTypeRouter(
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # In-process runs execute on this loop, where the pages' sockets live too.
-    executor.inprocess().bind_loop(asyncio.get_running_loop())
+    executor.bind_server_loop(asyncio.get_running_loop())
     await router(scope, receive, send)

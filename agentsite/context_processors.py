@@ -6,8 +6,8 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from agentsite import providers
-from agentsite.permissions import is_reviewer
+from engine import providers
+from engine.permissions import is_reviewer
 
 
 def agentsite(request: HttpRequest) -> dict[str, Any]:

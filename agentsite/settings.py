@@ -92,12 +92,11 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
-    "template_partials",
     "conversations",
     "approvals",
     "tracing",
-    "agentsite.demo",
-    "django_tasks",
+    "engine",
+    "demo",
     "django_tasks_db",
 ]
 
@@ -155,7 +154,7 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Django's backend with writers queued in the process and WAL checkpoints off the
     # request path: see agentsite/sqlite/base.py.
-    DATABASES["default"]["ENGINE"] = "agentsite.sqlite"
+    DATABASES["default"]["ENGINE"] = "agentsite.db.sqlite"
     DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
     # Tests use a file, not SQLite's shared-cache memory database: the session store is used
     # from several threads at once, and shared-cache locking skips the busy timeout.
@@ -214,10 +213,10 @@ OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
 # The model name sent to OpenAI or to the OpenAI-compatible endpoint.
 AGENTSITE_MODEL = env_str("AGENTSITE_MODEL", "gpt-4.1-mini")
 # Registered agents: public name -> dotted path of an `agents.Agent`. The first is the default.
-AGENTSITE_AGENTS = env_mapping(
-    "AGENTSITE_AGENTS", {"support": "agentsite.demo.agents.support_desk"}
-)
+AGENTSITE_AGENTS = env_mapping("AGENTSITE_AGENTS", {"support": "demo.agents.support_desk"})
 
+# The model that serves when neither OPENAI_API_KEY nor OPENAI_BASE_URL is set.
+AGENTSITE_OFFLINE_MODEL = env_str("AGENTSITE_OFFLINE_MODEL", "demo.model.OfflineDemoModel")
 # Seconds between the words the offline demo model streams (0: all at once).
 AGENTSITE_DEMO_STREAM_DELAY = env_float("AGENTSITE_DEMO_STREAM_DELAY", 0.03)
 

@@ -19,8 +19,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agentsite import runs
 from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest
+from engine import runs
 
 
 def pretty_json(value: Any) -> SafeString | str:

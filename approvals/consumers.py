@@ -25,11 +25,11 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
-from agentsite import events
-from agentsite.permissions import is_reviewer
 from approvals import views
 from approvals.forms import InboxSocketForm
 from approvals.models import ApprovalRequest
+from engine import events
+from engine.permissions import is_reviewer
 
 # --- fragments rendered once per event, shared by this process's sockets -------------------
 

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import Q, Subquery
 
-from agentsite import runs
+from engine import runs
 
 MAX_BULK = 200
 

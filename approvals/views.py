@@ -28,8 +28,6 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from agentsite import runs
-from agentsite.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
 from approvals.forms import (
     BulkDecisionForm,
     DecisionForm,
@@ -38,6 +36,8 @@ from approvals.forms import (
 )
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from conversations.session import open_session
+from engine import runs
+from engine.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
 
 PENDING_LIMIT = 100
 HISTORY_PAGE_SIZE = 50

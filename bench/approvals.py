@@ -21,11 +21,11 @@ from agents import RunConfig, Runner, SQLiteSession
 from agents.run_state import RunState
 from channels.layers import get_channel_layer
 
-from agentsite import events, runs
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from bench import site, tracing_setup
 from bench.agents import APPROVAL_AGENT
 from bench.harness import Config, Row, Samples, arun, compared, median_of, ms, ratio
+from engine import events, runs
 
 BENCHMARK = "pause and resume"
 REQUEST = "Please refund order 42."

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from agents import RunConfig, Runner, SQLiteSession
 
-from agentsite import executor, runs
-from agentsite.sqlite import base as sqlite_backend
+from agentsite.db.sqlite import base as sqlite_backend
 from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
 from bench.agents import MODEL_CALLS_PER_TURN, SLOW_AGENT, SLOW_LATENCY
 from bench.harness import Config, Goal, Row, Samples, arun, compared, interleave, ratio
+from engine import executor, runs
 
 BENCHMARK = "concurrency"
 IDEAL = MODEL_CALLS_PER_TURN * SLOW_LATENCY

@@ -14,9 +14,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 # One event loop for the whole suite, so worker threads (and their database connections)
 # live as long as they would in a server. Between two `arun` calls no loop is running in the
@@ -24,7 +22,7 @@ T = TypeVar("T")
 _loop: asyncio.Runner | None = None
 
 
-def arun(coroutine: Coroutine[Any, Any, T]) -> T:
+def arun[T](coroutine: Coroutine[Any, Any, T]) -> T:
     """Run `coroutine` to its end on the suite's event loop."""
     global _loop
     if _loop is None:
@@ -44,7 +42,7 @@ class Config:
     quick: bool
     workdir: Path  # a throwaway directory for the peers' database files
 
-    def pick(self, quick: T, full: T) -> T:
+    def pick[T](self, quick: T, full: T) -> T:
         return quick if self.quick else full
 
 

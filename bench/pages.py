@@ -29,7 +29,6 @@ from django.test import Client
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from agentsite import events
 from approvals.models import (
     AgentRun,
     ApprovalDecision,
@@ -52,6 +51,7 @@ from bench.harness import (
     timed,
 )
 from conversations.models import Conversation
+from engine import events
 from tracing.models import Span, Trace
 
 BENCHMARK = "pages"

@@ -11,8 +11,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
-from agentsite import executor
 from conversations.models import Conversation
+from engine import executor, serverloop
 
 
 @contextmanager
@@ -33,13 +33,8 @@ def served_here() -> Iterator[None]:
     """Inside a coroutine: its running loop acts as the server's, as `asgi.py` binds it, so
     events published from worker threads (`start_run`, `decide` in a view's thread) are
     handed to it without waiting. Jobs are still recorded, and no sweeper starts."""
-    in_process = executor.inprocess()
-    previous = in_process._server_loop
-    in_process._server_loop = asyncio.get_running_loop()
-    try:
+    with serverloop.bound(asyncio.get_running_loop()):
         yield
-    finally:
-        in_process._server_loop = previous
 
 
 def conversation(agent_name: str) -> Conversation:

@@ -15,11 +15,11 @@ from pathlib import Path
 from agents import RunConfig, Runner, SQLiteSession
 from agents.tracing.processor_interface import TracingProcessor
 
-from agentsite import runs
 from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
 from bench.agents import TOOL_AGENT
 from bench.harness import Config, Goal, Row, arun, compared, interleave, median_of, ms, ratio
+from engine import runs
 
 BENCHMARK = "turn overhead"
 GOAL = Goal(1.5, "≤ 1.5×")

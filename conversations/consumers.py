@@ -18,7 +18,6 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
-from agentsite import events
 from approvals.models import RunStatus
 from conversations.models import Conversation
 from conversations.rendering import (
@@ -28,6 +27,7 @@ from conversations.rendering import (
     run_view,
 )
 from conversations.session import open_session
+from engine import events
 
 
 def _owned_conversation(user: Any, session_id: str) -> tuple[int, str] | None:

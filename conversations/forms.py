@@ -6,8 +6,8 @@ from typing import Any
 
 from django import forms
 
-from agentsite import agents
 from conversations.models import Conversation
+from engine import registry
 
 TITLE_MAX_LENGTH = Conversation._meta.get_field("title").max_length or 200
 
@@ -17,14 +17,14 @@ class NewConversationForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        names = agents.agent_names()
+        names = registry.agent_names()
         field = self.fields["agent"]
         assert isinstance(field, forms.ChoiceField)
         field.choices = [(name, name) for name in names]
         self.show_choice = len(names) > 1
 
     def agent_name(self) -> str:
-        return self.cleaned_data.get("agent") or agents.default_agent_name()
+        return self.cleaned_data.get("agent") or registry.default_agent_name()
 
 
 class MessageForm(forms.Form):

@@ -35,7 +35,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Subquery
 from django.utils import timezone
 
-from agentsite.db import db_thread
+from agentsite.db.hops import db_thread
 from conversations.models import Conversation, SessionItem
 
 logger = logging.getLogger(__name__)

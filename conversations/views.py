@@ -23,8 +23,6 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agentsite import agents, runs
-from agentsite.permissions import is_reviewer
 from approvals.models import AgentRun, RunStatus
 from conversations.forms import MessageForm, NewConversationForm, RenameForm
 from conversations.models import Conversation, SessionItem
@@ -36,6 +34,8 @@ from conversations.rendering import (
     latest_run,
 )
 from conversations.session import UnreadableSessionItem, open_session
+from engine import registry, runs
+from engine.permissions import is_reviewer
 
 # A conversation takes one message at a time: its agent is working or waits for a reviewer.
 BUSY_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.WAITING)
@@ -61,7 +61,7 @@ def home(request: HttpRequest) -> HttpResponse:
     """Reviewers go to their inbox, everyone else to their chats; visitors see what this is."""
     if request.user.is_authenticated:
         return redirect("inbox" if is_reviewer(request.user) else "chats")
-    return render(request, "conversations/home.html", {"agent_names": agents.agent_names()})
+    return render(request, "conversations/home.html", {"agent_names": registry.agent_names()})
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def chat_send(request: HttpRequest, session_id: str) -> HttpResponse:
             form.add_error("text", str(refusal))
         except ValueError as error:  # empty or too long
             form.add_error("text", str(error))
-        except agents.UnknownAgent:
+        except registry.UnknownAgent:
             form.add_error(
                 "text",
                 f"The agent of this conversation ({conversation.agent_name}) is no longer "

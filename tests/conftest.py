@@ -132,7 +132,5 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Any:
 def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """Jobs handed to the executor, recorded instead of run, so each test drives them."""
     calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(
-        "agentsite.executor.submit", lambda job, run_id: calls.append((job, run_id))
-    )
+    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: calls.append((job, run_id)))
     return calls

@@ -49,8 +49,8 @@ def make_reviewer(username: str = "rita", password: str = "pass-for-tests") -> A
 
 def start_run(text: str, agent_name: str = "support") -> Any:
     """A run of `agent_name` on `text`, queued by a new user in a new conversation."""
-    from agentsite import runs
     from approvals.models import AgentRun
+    from engine import runs
 
     alice = make_user(username=f"alice{AgentRun.objects.count()}")
     conversation = make_conversation(owner=alice, agent_name=agent_name)

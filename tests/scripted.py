@@ -6,7 +6,7 @@ from typing import Any
 
 from agents import Agent, function_tool
 
-from agentsite import agents as registry
+from engine import registry
 
 AGENT: Agent[Any] | None = None
 EXECUTED: list[tuple[str, Any]] = []

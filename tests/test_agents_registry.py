@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from agentsite import agents as registry
-from agentsite.demo.agents import billing, support_desk
+from demo.agents import billing, support_desk
+from engine import registry
 
 
 def test_it_registers_the_support_desk_by_default() -> None:
@@ -19,8 +19,8 @@ def test_it_registers_the_support_desk_by_default() -> None:
 
 def test_it_keeps_the_order_of_the_setting(settings: Any) -> None:
     settings.AGENTSITE_AGENTS = {
-        "billing": "agentsite.demo.agents.billing",
-        "support": "agentsite.demo.agents.support_desk",
+        "billing": "demo.agents.billing",
+        "support": "demo.agents.support_desk",
     }
 
     assert registry.agent_names() == ["billing", "support"]
@@ -38,7 +38,7 @@ def test_it_names_the_registered_agents_for_an_unknown_name() -> None:
 
 
 def test_it_rejects_a_path_that_does_not_import(settings: Any) -> None:
-    settings.AGENTSITE_AGENTS = {"broken": "agentsite.demo.agents.no_such_agent"}
+    settings.AGENTSITE_AGENTS = {"broken": "demo.agents.no_such_agent"}
 
     with pytest.raises(
         ImproperlyConfigured, match=r"AGENTSITE_AGENTS\['broken'\].*does not import"
@@ -47,7 +47,7 @@ def test_it_rejects_a_path_that_does_not_import(settings: Any) -> None:
 
 
 def test_it_rejects_a_path_that_is_not_an_agent(settings: Any) -> None:
-    settings.AGENTSITE_AGENTS = {"tool": "agentsite.demo.tools.lookup_order"}
+    settings.AGENTSITE_AGENTS = {"tool": "demo.tools.lookup_order"}
 
     with pytest.raises(ImproperlyConfigured, match="is a FunctionTool, not an agents.Agent"):
         registry.get_agent("tool")

@@ -10,9 +10,6 @@ from django.contrib.auth.models import Permission
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from agentsite import runs
-from agentsite.demo.models import OrderEvent
-from agentsite.demo.seed import seed_orders
 from approvals.models import (
     AgentRun,
     ApprovalDecision,
@@ -20,6 +17,9 @@ from approvals.models import (
     ApprovalStatus,
     RunStatus,
 )
+from demo.models import OrderEvent
+from demo.seed import seed_orders
+from engine import runs
 from tests.factories import make_conversation, make_user
 
 # Tools run in worker threads with their own database connections: they must see committed rows.

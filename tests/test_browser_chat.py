@@ -12,10 +12,10 @@ import pytest
 from django.contrib.auth.models import Permission
 from playwright.sync_api import expect
 
-from agentsite import executor, runs
-from agentsite.demo.seed import seed_orders
 from approvals.models import ApprovalRequest
 from conversations.models import Conversation, SessionItem
+from demo.seed import seed_orders
+from engine import executor, runs
 from tests.browser import log_in
 from tests.factories import make_user
 

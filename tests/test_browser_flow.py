@@ -14,9 +14,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from playwright.sync_api import expect
 
-from agentsite.demo.models import Order
-from agentsite.demo.seed import seed_orders
 from approvals.models import ApprovalRequest
+from demo.models import Order
+from demo.seed import seed_orders
 from tests.browser import log_in
 from tests.factories import make_user
 from tests.live import free_port, start_site, stop_site
@@ -119,7 +119,7 @@ def test_the_open_inbox_reconnects_and_resyncs_after_a_server_restart(
     django_db_blocker: Any, page: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The request below is paused here, in the test process, and must not run on here.
-    monkeypatch.setattr("agentsite.executor.submit", lambda job, run_id: None)
+    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
     alice, _ = make_people()
     with django_db_blocker.unblock():
         database_url = current_database_url()

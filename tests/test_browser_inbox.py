@@ -16,17 +16,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from django.db import connections
 from playwright.sync_api import expect
 
-from agentsite import runs
-from agentsite.demo.models import Order
-from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from conversations.models import SessionItem
+from demo.models import Order
+from demo.seed import seed_orders
+from engine import runs
 from tests.browser import log_in
 from tests.factories import make_conversation, make_user
 from tests.live import start_site, stop_site
@@ -37,17 +37,16 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 PASSWORD = "pass-for-tests"
-T = TypeVar("T")
 
 
 @pytest.fixture(autouse=True)
 def demo(monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo shop's orders, and runs started here that pause without running on."""
     seed_orders()
-    monkeypatch.setattr("agentsite.executor.submit", lambda job, run_id: None)
+    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
 
 
-def in_thread(work: Callable[[], T]) -> T:
+def in_thread[T](work: Callable[[], T]) -> T:
     """Run `work` in a thread of its own: Playwright keeps an event loop running in the
     test's thread, where neither `asyncio.run` nor `async_to_sync` may run."""
 

@@ -15,15 +15,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from django.db import connections
 from playwright.sync_api import expect
 
-from agentsite import runs
-from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from demo.seed import seed_orders
+from engine import runs
 from tests.browser import log_in
 from tests.conftest import Traces
 from tests.factories import make_conversation, make_reviewer, make_user
@@ -40,10 +40,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 PASSWORD = "pass-for-tests"
-T = TypeVar("T")
 
 
-def in_thread(work: Callable[[], T]) -> T:
+def in_thread[T](work: Callable[[], T]) -> T:
     """Run `work` in a thread of its own: Playwright keeps an event loop running in the
     test's thread, where neither `asyncio.run` nor the SDK's processor may run."""
 
@@ -245,7 +244,7 @@ def csrf_token(context: Any) -> str:
     return next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
 
 
-def wait_for(find: Callable[[], T | None], within: float = 15) -> T:
+def wait_for[T](find: Callable[[], T | None], within: float = 15) -> T:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         found = find()
@@ -265,7 +264,7 @@ def test_screenshot_of_the_trace_viewer(
     """docs/screenshots/traces.png: a demo run with a tool call and a handoff, its tool call
     selected; and the same page on a phone, where the tree comes before the details."""
     seed_orders()
-    monkeypatch.setattr("agentsite.executor.submit", lambda job, run_id: None)
+    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
     operator()
     chen = make_user(username="chen.wei")
     conversation = make_conversation(owner=chen, agent_name="support")

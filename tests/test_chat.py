@@ -16,13 +16,12 @@ from django.contrib.auth.models import Permission
 from django.db.backends import utils as db_utils
 from django.test import Client
 
-from agentsite import agents as registry
-from agentsite import runs
-from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from conversations.models import Conversation, SessionItem
 from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
 from conversations.views import BUSY_WAITING, BUSY_WORKING, UNREADABLE
+from demo.seed import seed_orders
+from engine import registry, runs
 from tests.factories import make_conversation, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,8 +152,8 @@ def test_it_lets_her_choose_the_agent_when_there_are_several(
     client_for_alice: Client, alice: Any, settings: Any
 ) -> None:
     settings.AGENTSITE_AGENTS = {
-        "support": "agentsite.demo.agents.support_desk",
-        "billing": "agentsite.demo.agents.billing",
+        "support": "demo.agents.support_desk",
+        "billing": "demo.agents.billing",
     }
     listing = client_for_alice.get("/chats/").content.decode()
     assert '<select name="agent"' in listing and '<option value="billing">' in listing

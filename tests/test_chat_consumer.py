@@ -15,12 +15,11 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
 
-from agentsite import agents as registry
-from agentsite import events, executor, runs
 from agentsite.asgi import application
-from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from conversations.models import Conversation
+from demo.seed import seed_orders
+from engine import events, registry, runs, serverloop
 from tests.factories import make_conversation, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,7 +31,7 @@ ORIGIN = (b"origin", b"http://127.0.0.1")
 def quiet_server(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The application binds the in-process executor to the test's loop; undo that after."""
     settings.AGENTSITE_SWEEP_SECONDS = 0
-    monkeypatch.setattr(executor.inprocess(), "_server_loop", None)
+    monkeypatch.setattr(serverloop, "_loop", None)
     registry._cache.clear()
     yield
     registry._cache.clear()

@@ -11,9 +11,6 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from agentsite import executor, runs
-from agentsite.demo.models import Order, OrderEvent
-from agentsite.demo.seed import seed_orders
 from approvals.models import (
     AgentRun,
     ApprovalDecision,
@@ -22,6 +19,9 @@ from approvals.models import (
     RunStatus,
 )
 from conversations.session import DjangoSession
+from demo.models import Order, OrderEvent
+from demo.seed import seed_orders
+from engine import executor, runs
 from tests.factories import make_conversation, make_reviewer, make_user
 
 # Tools run in worker threads with their own database connections: they must see committed rows.

@@ -11,11 +11,11 @@ from agents import FunctionTool, RunConfig, Runner, RunResult, RunState
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseTextDeltaEvent
 
-from agentsite import providers
-from agentsite.demo import tools
-from agentsite.demo.agents import billing, researcher, support_desk
-from agentsite.demo.models import Order, OrderEvent, SentEmail
-from agentsite.demo.seed import seed_orders
+from demo import tools
+from demo.agents import billing, researcher, support_desk
+from demo.models import Order, OrderEvent, SentEmail
+from demo.seed import seed_orders
+from engine import providers
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,7 +19,7 @@ from openai.types.responses import (
     ResponseOutputMessage,
 )
 
-from agentsite.demo.model import OfflineDemoModel
+from demo.model import OfflineDemoModel
 
 
 @function_tool

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from agentsite import executor, runs
-from agentsite.demo.models import Order, OrderEvent
-from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, RunStatus
 from conversations.session import DjangoSession
+from demo.models import Order, OrderEvent
+from demo.seed import seed_orders
+from engine import executor, runs
 from tests import live
 from tests.factories import make_conversation, make_reviewer, make_user
 
@@ -147,6 +147,6 @@ def test_it_runs_an_approval_cycle_on_a_db_worker(
 
     done = DBTaskResult.objects.order_by("enqueued_at").values_list("task_path", "status")
     assert list(done) == [
-        ("agentsite.tasks.execute_run", "SUCCESSFUL"),
-        ("agentsite.tasks.resume_run", "SUCCESSFUL"),
+        ("engine.tasks.execute_run", "SUCCESSFUL"),
+        ("engine.tasks.resume_run", "SUCCESSFUL"),
     ], db_worker()

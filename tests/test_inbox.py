@@ -17,9 +17,6 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from agentsite import runs
-from agentsite.demo.models import Order
-from agentsite.demo.seed import seed_orders
 from approvals.models import (
     AgentRun,
     ApprovalDecision,
@@ -29,6 +26,9 @@ from approvals.models import (
     arguments_hash,
 )
 from conversations.models import SessionItem
+from demo.models import Order
+from demo.seed import seed_orders
+from engine import runs
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.plans import explain
 

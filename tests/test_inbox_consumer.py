@@ -12,10 +12,10 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from agentsite import events, runs
 from agentsite.asgi import router
-from agentsite.demo.seed import seed_orders
 from approvals.models import ApprovalRequest
+from demo.seed import seed_orders
+from engine import events, runs
 from tests.factories import make_conversation, make_user
 from tests.test_inbox import XSS, make_request, make_reviewer
 

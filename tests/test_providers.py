@@ -9,10 +9,11 @@ import pytest
 from agents import Runner
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
+from django.core.exceptions import ImproperlyConfigured
 
-from agentsite import providers
-from agentsite.demo.agents import researcher
-from agentsite.demo.model import OfflineDemoModel
+from demo.agents import researcher
+from demo.model import OfflineDemoModel
+from engine import providers
 
 SECRET = "sk-test-0123456789abcdefSECRET"
 
@@ -103,12 +104,12 @@ def test_it_logs_the_provider_and_never_a_secret(
     for name, value in configure.items():
         setattr(settings, name, value)
 
-    with caplog.at_level(logging.INFO, logger="agentsite.providers"):
+    with caplog.at_level(logging.INFO, logger="engine.providers"):
         info = providers.log_active_provider()
 
     assert info.kind == kind
     [record] = caplog.records
-    assert record.name == "agentsite.providers"
+    assert record.name == "engine.providers"
     assert record.levelno == logging.INFO
     message = record.getMessage()
     assert kind in message
@@ -131,3 +132,9 @@ async def test_it_runs_agents_that_name_no_model_on_the_offline_model() -> None:
 
     [interruption] = result.interruptions
     assert interruption.tool_name == "search_knowledge_base"
+
+
+def test_it_says_what_to_set_when_no_offline_model_imports(settings: Any) -> None:
+    settings.AGENTSITE_OFFLINE_MODEL = "not_installed.model.Model"
+    with pytest.raises(ImproperlyConfigured, match="set OPENAI_API_KEY or OPENAI_BASE_URL"):
+        providers.run_config().model_provider.get_model(None)

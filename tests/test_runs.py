@@ -13,10 +13,6 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection
 
-from agentsite import agents as registry
-from agentsite import events, runs
-from agentsite.demo.models import Order, OrderEvent
-from agentsite.demo.seed import seed_orders
 from approvals.models import (
     AgentRun,
     ApprovalDecision,
@@ -27,6 +23,9 @@ from approvals.models import (
     arguments_hash,
 )
 from conversations.session import DjangoSession
+from demo.models import Order, OrderEvent
+from demo.seed import seed_orders
+from engine import events, registry, runs
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user, start_run
 

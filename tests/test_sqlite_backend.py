@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from agentsite.sqlite import base
+from agentsite.db.sqlite import base
 from conversations.models import Conversation
 
 # `make test` runs these on SQLite only (`-m "not sqlite"` on PostgreSQL).

@@ -10,9 +10,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from agentsite import executor, runs
-from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus
+from demo.seed import seed_orders
+from engine import runs, sweeper
 from tests.factories import make_conversation, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +28,7 @@ async def test_the_sweeper_expires_overdue_requests_and_resubmits_lost_jobs(
     monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     submitted: list[tuple[str, int]] = []
-    monkeypatch.setattr("agentsite.executor.submit", lambda job, pk: submitted.append((job, pk)))
+    monkeypatch.setattr("engine.executor.submit", lambda job, pk: submitted.append((job, pk)))
     settings.AGENTSITE_SWEEP_SECONDS = 0.05
     run = await sync_to_async(queued_cancel)()
     await runs.execute(run.pk)
@@ -38,9 +38,9 @@ async def test_the_sweeper_expires_overdue_requests_and_resubmits_lost_jobs(
     lost = await sync_to_async(queued_cancel)()
     await AgentRun.objects.filter(pk=lost.pk).aupdate(updated=timezone.now() - timedelta(hours=1))
 
-    sweeper = executor.start_sweeper(asyncio.get_running_loop())
-    assert sweeper is not None
-    assert executor.start_sweeper(asyncio.get_running_loop()) is None  # one per loop
+    sweeping = sweeper.start(asyncio.get_running_loop())
+    assert sweeping is not None
+    assert sweeper.start(asyncio.get_running_loop()) is None  # one per loop
     try:
         for _ in range(100):
             request = await ApprovalRequest.objects.aget(run=run)
@@ -48,7 +48,7 @@ async def test_the_sweeper_expires_overdue_requests_and_resubmits_lost_jobs(
                 break
             await asyncio.sleep(0.05)
     finally:
-        sweeper.cancel()
+        sweeping.cancel()
 
     assert request.status == ApprovalStatus.EXPIRED
     assert (await AgentRun.objects.aget(pk=run.pk)).status == RunStatus.RESUMING

@@ -16,8 +16,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
-from agentsite import events, executor, runs
-from agentsite.demo.seed import seed_orders
+from demo.seed import seed_orders
+from engine import events, executor, runs, serverloop
 from tests.conftest import Traces
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.test_inbox import make_run
@@ -41,7 +41,7 @@ def server_loop(settings: Any) -> Iterator[None]:
     (Binding also starts the sweeper, unless it is off.) Bound by the test itself, on its loop."""
     settings.AGENTSITE_SWEEP_SECONDS = 0
     yield
-    executor.inprocess()._server_loop = None
+    serverloop.bind(None)
 
 
 async def open_socket(
@@ -130,7 +130,7 @@ async def test_an_open_trace_page_is_told_to_refresh_when_its_trace_grows() -> N
 async def test_publish_threadsafe_from_a_plain_thread_reaches_the_servers_loop(
     server_loop: None,
 ) -> None:
-    executor.inprocess().bind_loop(asyncio.get_running_loop())
+    executor.bind_server_loop(asyncio.get_running_loop())
     trace = await trace_with_spans(1)
     olga = await sync_to_async(make_viewer)()
     communicator, connected = await open_socket(olga, trace.trace_id)
@@ -162,7 +162,7 @@ async def test_publish_threadsafe_never_raises(monkeypatch: pytest.MonkeyPatch) 
 
 
 async def test_the_exporter_announces_each_batch_it_stored(server_loop: None) -> None:
-    executor.inprocess().bind_loop(asyncio.get_running_loop())
+    executor.bind_server_loop(asyncio.get_running_loop())
     sdk_trace = get_trace_provider().create_trace(name="live", trace_id=None)
     first = get_trace_provider().create_span(CustomSpanData("first", {}), parent=sdk_trace)
     first.start()
@@ -192,8 +192,8 @@ async def test_a_running_agent_grows_its_open_trace_page(
 ) -> None:
     """A run, its spans stored by the processor's thread, the announcement on the server's
     loop, the page told: the whole path, in one process."""
-    executor.inprocess().bind_loop(asyncio.get_running_loop())
-    monkeypatch.setattr("agentsite.executor.submit", lambda job, run_id: None)
+    executor.bind_server_loop(asyncio.get_running_loop())
+    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
     await sync_to_async(seed_orders)()
     alice = await sync_to_async(make_user)(username="alice")
     conversation = await sync_to_async(make_conversation)(owner=alice, agent_name="support")

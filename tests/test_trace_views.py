@@ -22,11 +22,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from agentsite import agents as registry
-from agentsite import runs
-from agentsite.demo import model as demo_model
-from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, RunStatus
+from demo import model as demo_model
+from demo.seed import seed_orders
+from engine import registry, runs
 from tests import scripted
 from tests.conftest import Traces
 from tests.factories import make_conversation, make_reviewer, make_user
@@ -172,7 +171,7 @@ def demo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The demo shop, its agent, and runs that execute when the test says so."""
     seed_orders()
     registry._cache.clear()
-    monkeypatch.setattr("agentsite.executor.submit", lambda job, run_id: None)
+    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
     yield
     registry._cache.clear()
 

@@ -18,10 +18,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from agentsite import agents as registry
-from agentsite import runs
-from agentsite.demo.seed import seed_orders
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from demo.seed import seed_orders
+from engine import registry, runs
 from tests import scripted
 from tests.conftest import Traces
 from tests.factories import make_conversation, make_reviewer, make_user, start_run
@@ -262,7 +261,7 @@ def send_email(to: str, subject: str, body: str) -> str:
 
 
 def test_personal_data_never_reaches_the_trace_store(traces: Traces, settings: Any) -> None:
-    from agentsite.demo.tools import cancel_order
+    from demo.tools import cancel_order
 
     # The offline demo model records what it reads and writes in its generation spans.
     agent = Agent(name="Front", tools=[send_email, cancel_order])

@@ -23,8 +23,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 from django.urls import reverse
 
-from agentsite import events, permissions
 from approvals.models import AgentRun
+from engine import events, permissions
 from tracing.models import Span, Trace
 
 

@@ -51,8 +51,8 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models.constants import OnConflict
 from django.utils import timezone
 
-from agentsite import events
 from approvals.models import AgentRun
+from engine import events
 from tracing import redaction
 from tracing.models import Span, Trace, TraceStatus
 

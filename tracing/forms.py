@@ -110,7 +110,7 @@ def agent_filter(value: str) -> Q:
 
 
 def registered_workflow(agent_name: str) -> str | None:
-    from agentsite import agents as registry
+    from engine import registry
 
     if agent_name not in registry.agent_names():
         return None

@@ -24,8 +24,8 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header, urlencode
 from django.views.decorators.http import require_GET
 
-from agentsite import events, permissions
 from approvals.models import AgentRun
+from engine import events, permissions
 from tracing import tree as trees
 from tracing.forms import TraceFilterForm, make_cursor, registered_workflow
 from tracing.models import Span, Trace, status_for_run
@@ -175,7 +175,7 @@ def span_counts(trace_ids: Iterable[str]) -> dict[str, int]:
 
 def agent_choices() -> list[str]:
     """Suggestions for the agent filter: each registered agent and its runs' workflow."""
-    from agentsite import agents as registry
+    from engine import registry
 
     choices: list[str] = []
     for name in registry.agent_names():

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from agentsite import executor, runs
+from engine import executor, runs
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentsite import executor, runs
+from engine import executor, runs
 
 
 class Command(BaseCommand):

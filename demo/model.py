@@ -40,6 +40,7 @@ from openai.types.responses import (
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
+# What the model reports as its name; engine.providers.OFFLINE_MODEL_NAME says the same.
 MODEL_NAME = "offline-demo"
 
 # What to type for each tool the model knows, in the order they are offered to the user.

@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any
 
-# This module is `agentsite.agents`; absolute imports make `agents` the SDK, not this file.
+# This module is `engine.registry`; absolute imports make `agents` the SDK, not this file.
 from agents import Agent
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class DemoConfig(AppConfig):
-    name = "agentsite.demo"
+    name = "demo"
     label = "demo"
     verbose_name = "Demo shop"
     default_auto_field = "django.db.models.BigAutoField"

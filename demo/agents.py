@@ -1,6 +1,6 @@
 """The demo shop's agents.
 
-None of them names a model: the model comes from `agentsite.providers.run_config()`, so the same
+None of them names a model: the model comes from `engine.providers.run_config()`, so the same
 agents run on OpenAI, on an OpenAI-compatible server, or on the offline demo model.
 """
 

@@ -21,6 +21,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from pydantic import BaseModel
 
+from engine import serverloop
+
 logger = logging.getLogger(__name__)
 
 INBOX_GROUP = "inbox"
@@ -140,16 +142,14 @@ def publish_threadsafe(events: Iterable[Event]) -> None:
     waits for delivery.
 
     The in-memory channel layer is only safe on its own event loop: while the server's loop
-    runs (`executor.inprocess()` bound it), the events are sent from that loop. Otherwise
-    they go from this thread's running loop, if it has one, else through `publish_sync`.
+    runs, the events are sent from that loop. Otherwise they go from this thread's running
+    loop, if it has one, else through `publish_sync`.
     """
     try:
         events = list(events)
         if not events:
             return
-        from agentsite import executor
-
-        server = executor.inprocess()._server_loop
+        server = serverloop.current()
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

@@ -1,87 +1,82 @@
-"""Where runs execute.
+"""Where runs execute. The executor knows jobs by name and run id, nothing of the engine:
+the function that runs a job, and the one that enqueues it for workers, are given to it at
+startup (`engine.apps.EngineConfig.ready`, the composition root).
 
 - "inprocess" (the default): an asyncio task on the server's event loop, so a run streams to
   the pages of the same process with no other moving part. Outside a server (a management
   command, a test, the admin under WSGI) the tasks go to one background loop of this
-  process instead. Tasks are kept referenced until done; an exception that escapes a run is
-  logged and stored on the run.
-- "tasks": django-tasks with its database backend; workers in separate processes
-  (`manage.py db_worker`) pick runs up, so runs survive a web process restart and scale out.
-
-Both call the same `runs.execute` / `runs.resume`.
+  process instead. Tasks are kept referenced until done.
+- "tasks": Django's Tasks framework with the database backend (django-tasks-db); workers in
+  separate processes (`manage.py db_worker`) pick runs up, so runs survive a web process
+  restart and scale out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
-logger = logging.getLogger(__name__)
+from engine import serverloop
 
 Job = Literal["execute", "resume"]
+Runner = Callable[[Job, int], Awaitable[None]]
+Enqueuer = Callable[[Job, int], None]
+LoopHook = Callable[[asyncio.AbstractEventLoop], object]
 
 
-async def run_job(job: Job, run_id: int) -> None:
-    """Run one job; whatever escapes it is logged and stored on the run, never lost."""
-    from agentsite import runs
+class _Wiring:
+    runner: Runner | None = None
+    enqueue: Enqueuer | None = None
+    on_server_loop: list[LoopHook] = []
 
-    try:
-        await runs.expire_overdue_async()
-        if job == "execute":
-            await runs.execute(run_id)
-        else:
-            await runs.resume(run_id)
-    except BaseException as exc:
-        logger.exception("Run %s: %s failed", run_id, job)
-        await runs.fail_unfinished(run_id, f"The run stopped unexpectedly: {exc!r}")
-        if not isinstance(exc, Exception):
-            raise
+
+_wiring = _Wiring()
+
+
+def configure(*, runner: Runner, enqueue: Enqueuer, on_server_loop: LoopHook | None = None) -> None:
+    """Give the executor the engine's job runner and task enqueuer (once, at startup)."""
+    _wiring.runner = runner
+    _wiring.enqueue = enqueue
+    _wiring.on_server_loop = [on_server_loop] if on_server_loop else []
+
+
+def _runner() -> Runner:
+    if _wiring.runner is None:
+        raise ImproperlyConfigured("The executor has no job runner: is 'engine' installed?")
+    return _wiring.runner
 
 
 class InProcessExecutor:
     def __init__(self) -> None:
-        self._server_loop: asyncio.AbstractEventLoop | None = None
         self._background_loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._pending: set[asyncio.Task[None] | concurrent.futures.Future[None]] = set()
-        self._sweeper: asyncio.Task[None] | None = None
-
-    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Run jobs on the server's loop from now on (asgi.py calls this)."""
-        if self._server_loop is loop:
-            return
-        self._server_loop = loop
-        start_sweeper(loop)
 
     def submit(self, job: Job, run_id: int) -> None:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        target = self._server_loop
-        if target is None or target.is_closed():
+        target = serverloop.current()
+        if target is None:
             target = running if running is not None else self._get_background_loop()
+        work = _runner()(job, run_id)
         if target is running:
-            task = target.create_task(run_job(job, run_id))
-            self._keep(task)
+            self._keep(target.create_task(work))  # type: ignore[arg-type]
         else:
-            future = asyncio.run_coroutine_threadsafe(run_job(job, run_id), target)
-            self._keep(future)
+            self._keep(asyncio.run_coroutine_threadsafe(work, target))  # type: ignore[arg-type]
 
     def _keep(self, work: Any) -> None:
         with self._lock:
             self._pending.add(work)
         work.add_done_callback(self._forget)
-
-    def _keep_forever(self, task: asyncio.Task[None]) -> None:
-        # Referenced, but not counted as pending work: the sweeper never ends.
-        self._sweeper = task
 
     def _forget(self, work: Any) -> None:
         with self._lock:
@@ -121,44 +116,12 @@ class InProcessExecutor:
 
 
 class TasksExecutor:
-    """Hands jobs to django-tasks; `manage.py db_worker` processes run them."""
+    """Hands jobs to Django's Tasks framework; `manage.py db_worker` processes run them."""
 
     def submit(self, job: Job, run_id: int) -> None:
-        from agentsite import tasks
-
-        task = tasks.execute_run if job == "execute" else tasks.resume_run
-        task.enqueue(run_id)
-
-    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        start_sweeper(loop)
-
-
-_sweeping: set[asyncio.AbstractEventLoop] = set()
-
-
-def start_sweeper(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
-    """Every AGENTSITE_SWEEP_SECONDS, the server expires overdue approvals and deals with
-    runs that a dead process left behind, so neither needs a cron job."""
-    if loop in _sweeping or settings.AGENTSITE_SWEEP_SECONDS <= 0:
-        return None
-    _sweeping.add(loop)
-    task = loop.create_task(_sweep_forever(settings.AGENTSITE_SWEEP_SECONDS))
-    task.add_done_callback(lambda _: _sweeping.discard(loop))
-    _inprocess._keep_forever(task)
-    return task
-
-
-async def _sweep_forever(every: float) -> None:
-    from agentsite import runs
-    from agentsite.db import db_hop
-
-    while True:
-        await asyncio.sleep(every)
-        try:
-            await runs.expire_overdue_async()
-            await db_hop(runs.recover_stuck_runs)()
-        except Exception:
-            logger.exception("The sweep of overdue approvals and stuck runs failed")
+        if _wiring.enqueue is None:
+            raise ImproperlyConfigured("The executor has no task enqueuer: is 'engine' installed?")
+        _wiring.enqueue(job, run_id)
 
 
 _inprocess = InProcessExecutor()
@@ -171,13 +134,19 @@ def get_executor() -> InProcessExecutor | TasksExecutor:
         return _inprocess
     if kind == "tasks":
         return _tasks
-    from django.core.exceptions import ImproperlyConfigured
-
     raise ImproperlyConfigured(f"AGENTSITE_EXECUTOR must be 'inprocess' or 'tasks', not {kind!r}.")
 
 
 def submit(job: Job, run_id: int) -> None:
     get_executor().submit(job, run_id)
+
+
+def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """The server's loop is known (asgi.py calls this on each connection): in-process jobs
+    run on it from now on, and the hooks given at startup (the sweeper) start on it."""
+    if serverloop.bind(loop):
+        for hook in _wiring.on_server_loop:
+            hook(loop)
 
 
 def inprocess() -> InProcessExecutor:

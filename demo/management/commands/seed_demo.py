@@ -27,7 +27,7 @@ class Command(BaseCommand):
     help = "Create the demo users alice (end user), rita (reviewer) and admin, and demo data."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from agentsite.demo.seed import seed_orders
+        from demo.seed import seed_orders
 
         with transaction.atomic():
             reviewers = self._reviewers_group()

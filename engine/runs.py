@@ -38,9 +38,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from openai.types.responses import ResponseTextDeltaEvent
 
-from agentsite import agents as registry
-from agentsite import events, executor, providers
-from agentsite.db import db_hop
+from agentsite.db.hops import db_hop
 from approvals.models import (
     AgentRun,
     ApprovalDecision,
@@ -52,6 +50,8 @@ from approvals.models import (
 )
 from conversations.models import Conversation
 from conversations.session import open_session
+from engine import events, executor, providers, registry
+from engine.executor import Job
 from tracing import recording
 
 logger = logging.getLogger(__name__)
@@ -131,6 +131,21 @@ astart_run = sync_to_async(start_run)
 
 
 # --- executing ------------------------------------------------------------------------------
+
+
+async def run_job(job: Job, run_id: int) -> None:
+    """Run one job for an executor; whatever escapes it is logged and stored on the run."""
+    try:
+        await expire_overdue_async()
+        if job == "execute":
+            await execute(run_id)
+        else:
+            await resume(run_id)
+    except BaseException as exc:
+        logger.exception("Run %s: %s failed", run_id, job)
+        await fail_unfinished(run_id, f"The run stopped unexpectedly: {exc!r}")
+        if not isinstance(exc, Exception):
+            raise
 
 
 async def execute(run_id: int) -> None:

@@ -9,17 +9,14 @@ broke or outlived `CONN_MAX_AGE`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-P = ParamSpec("P")
-T = TypeVar("T")
 
-
-def db_hop(function: Callable[P, T]) -> Callable[P, Any]:
+def db_hop[**P, T](function: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, T]]:
     """`function` as a coroutine function that runs it in a worker thread."""
 
     def fresh(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -29,7 +26,7 @@ def db_hop(function: Callable[P, T]) -> Callable[P, Any]:
     return sync_to_async(fresh, thread_sensitive=False)
 
 
-def db_thread(function: Callable[P, T]) -> Callable[P, Any]:
+def db_thread[**P, T](function: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, T]]:
     """Like `db_hop`, through `asyncio.to_thread`, which costs less than asgiref's
     `sync_to_async`. Only for work that never calls back into async code (`async_to_sync`
     needs the loop that asgiref records): the session store's queries."""

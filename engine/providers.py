@@ -4,7 +4,9 @@
   spoken to through Chat Completions, the API they all implement. `OPENAI_API_KEY` is sent when
   set; most local servers need none, and a placeholder stands in.
 - otherwise `OPENAI_API_KEY` set: OpenAI itself, through the Responses API.
-- neither: the offline demo model, so the site works on a machine with no network.
+- neither: the offline model named by `AGENTSITE_OFFLINE_MODEL` (the demo's scripted model by
+  default), so the site works on a machine with no network. Named by a dotted path, so that
+  nothing here imports the demo: a deployment without it sets a key or a base URL.
 
 The model name is `AGENTSITE_MODEL` in both online cases. Settings are read on every call, so
 `override_settings` and the pytest `settings` fixture take effect immediately.
@@ -21,11 +23,10 @@ from agents import RunConfig
 from agents.models.interface import Model, ModelProvider
 from agents.models.openai_provider import OpenAIProvider
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
-from agentsite.demo.model import MODEL_NAME as OFFLINE_MODEL_NAME
-from agentsite.demo.model import OfflineDemoModel
-
-logger = logging.getLogger("agentsite.providers")
+logger = logging.getLogger("engine.providers")
 
 # Sent as the bearer token to servers that want none; the OpenAI client refuses to start without.
 PLACEHOLDER_API_KEY = "not-needed"
@@ -56,11 +57,33 @@ class ProviderInfo:
         )
 
 
+OFFLINE_MODEL_NAME = "offline-demo"
+
+
+def offline_model_class() -> type[Model]:
+    """The class `AGENTSITE_OFFLINE_MODEL` names.
+
+    Raises:
+        ImproperlyConfigured: it does not import, or is not an SDK `Model`.
+    """
+    path = settings.AGENTSITE_OFFLINE_MODEL
+    try:
+        model = import_string(path)
+    except ImportError as error:
+        raise ImproperlyConfigured(
+            f"No model is configured: set OPENAI_API_KEY or OPENAI_BASE_URL, or point "
+            f"AGENTSITE_OFFLINE_MODEL at an offline model ({path!r} does not import: {error})."
+        ) from error
+    if not (isinstance(model, type) and issubclass(model, Model)):
+        raise ImproperlyConfigured(f"AGENTSITE_OFFLINE_MODEL = {path!r} is not an agents Model.")
+    return model
+
+
 class OfflineDemoProvider(ModelProvider):
-    """Serves the offline demo model whatever model name an agent or run asks for."""
+    """Serves the offline model whatever model name an agent or run asks for."""
 
     def get_model(self, model_name: str | None) -> Model:
-        return OfflineDemoModel()
+        return offline_model_class()()
 
 
 def provider_info() -> ProviderInfo:

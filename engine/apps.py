@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class EngineConfig(AppConfig):
+    name = "engine"
+    verbose_name = "Run engine"
+
+    def ready(self) -> None:
+        # The composition root: the executor knows nothing of the engine; it is handed the
+        # engine's job runner, the task enqueuer and the sweeper here, once.
+        from engine import executor, runs, sweeper, tasks
+
+        executor.configure(runner=runs.run_job, enqueue=tasks.enqueue, on_server_loop=sweeper.start)

@@ -1,0 +1,130 @@
+"""The shape of the code, as docs/architecture.md draws it: imports form a DAG (lazy imports
+inside functions included), and no product module imports the demo."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("agentsite", "engine", "conversations", "approvals", "tracing", "demo")
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    modules: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imported_names(module: str, path: Path) -> Iterator[str]:
+    """Every name an import statement anywhere in the file (functions too) may load."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            yield target
+            for alias in node.names:
+                yield f"{target}.{alias.name}"
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = {resolve(name) for name in imported_names(module, path)}
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph(project_modules())
+
+
+def test_it_finds_the_project_modules(graph: dict[str, set[str]]) -> None:
+    assert {"engine.runs", "engine.executor", "conversations.session", "demo.model"} <= set(graph)
+    assert graph["engine.tasks"] >= {"engine.runs"}
+
+
+def test_it_has_no_import_cycle(graph: dict[str, set[str]]) -> None:
+    assert cycles(graph) == []
+
+
+def test_it_sees_a_cycle_through_a_lazy_import(tmp_path: Path) -> None:
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "__init__.py").write_text("")
+    (tmp_path / "engine" / "a.py").write_text("from engine import b\n")
+    (tmp_path / "engine" / "b.py").write_text("def f():\n    from .a import x\n")
+    (tmp_path / "engine" / "c.py").write_text("import engine.b\n")
+    graph = import_graph(project_modules(tmp_path))
+    assert cycles(graph) == [["engine.a", "engine.b"]]
+
+
+def test_the_executor_knows_nothing_of_the_engine(graph: dict[str, set[str]]) -> None:
+    assert graph["engine.executor"] <= {"engine", "engine.serverloop"}
+
+
+def test_no_product_module_imports_the_demo(graph: dict[str, set[str]]) -> None:
+    importers = {
+        module
+        for module, targets in graph.items()
+        if not module.startswith("demo") and any(t.startswith("demo") for t in targets)
+    }
+    assert importers == set()
