@@ -4,13 +4,20 @@ inside functions included), and no product module imports the demo."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agents import Agent
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("agentsite", "engine", "conversations", "approvals", "tracing", "demo")
+
+# The one agent of a deployment without the demo (tests/settings_without_demo.py).
+PLAIN_AGENT = Agent(name="Plain", instructions="Answer briefly.")
 
 
 def project_modules(root: Path = ROOT) -> dict[str, Path]:
@@ -128,3 +135,40 @@ def test_no_product_module_imports_the_demo(graph: dict[str, set[str]]) -> None:
         if not module.startswith("demo") and any(t.startswith("demo") for t in targets)
     }
     assert importers == set()
+
+
+WITHOUT_DEMO = """
+import importlib, sys
+import django
+django.setup()
+from django.core.management import call_command
+from tests.test_architecture import project_modules
+for name in project_modules():
+    if not name.startswith("demo"):
+        importlib.import_module(name)
+call_command("migrate", verbosity=0)
+call_command("check", fail_level="WARNING")
+from engine import registry
+assert registry.agent_names() == ["plain"], registry.agent_names()
+loaded = sorted(name for name in sys.modules if name == "demo" or name.startswith("demo."))
+assert loaded == [], loaded
+print("no demo")
+"""
+
+
+def test_the_site_runs_without_the_demo_app(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings_without_demo",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'no-demo.sqlite3'}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_DEMO],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("no demo")
