@@ -124,6 +124,36 @@ def test_it_sees_a_cycle_through_a_lazy_import(tmp_path: Path) -> None:
     assert cycles(graph) == [["engine.a", "engine.b"]]
 
 
+# The floors of docs/architecture.md. An import goes down a floor or stays on its own.
+PLUMBING = ("agentsite.db", "engine.serverloop", "engine.events")
+STORAGE = ("conversations.session", "tracing.exporter", "tracing.recording", "tracing.redaction")
+
+
+def floor(module: str) -> int:
+    if module in PACKAGES or any(module == p or module.startswith(f"{p}.") for p in PLUMBING):
+        return 0  # plumbing (and the packages' empty __init__ modules)
+    if module.endswith(".models") or module in STORAGE:
+        return 1  # storage: rows, their rules, the SDK adapters
+    if module.startswith("engine."):
+        return 2  # the run engine
+    if module.startswith("agentsite."):
+        return 4  # the project package: settings, urls, asgi, routing
+    return 3  # faces: views, consumers, forms, admin, commands, and the demo app
+
+
+def upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, targets in graph.items() for b in targets if floor(b) > floor(a))
+
+
+def test_imports_only_go_down_the_floors(graph: dict[str, set[str]]) -> None:
+    assert upward(graph) == []
+
+
+def test_it_sees_an_import_up_the_floors() -> None:
+    graph = {"tracing.exporter": {"engine.runs", "engine.events"}, "engine.runs": set()}
+    assert upward(graph) == [("tracing.exporter", "engine.runs")]
+
+
 def test_the_executor_knows_nothing_of_the_engine(graph: dict[str, set[str]]) -> None:
     assert graph["engine.executor"] <= {"engine", "engine.serverloop"}
 
