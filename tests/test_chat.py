@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
-from django.contrib.auth.models import Permission
 from django.db.backends import utils as db_utils
 from django.test import Client
 
@@ -20,25 +19,15 @@ from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from conversations.models import Conversation, SessionItem
 from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
 from conversations.views import BUSY_WAITING, BUSY_WORKING, UNREADABLE
-from demo.seed import seed_orders
-from engine import registry, runs
-from tests.factories import make_conversation, make_user
+from engine import runs
+from tests.factories import REVIEWER, make_conversation, make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("orders", "fresh_registry"),
+]
 
 HTMX = {"HX-Request": "true"}
-
-
-@pytest.fixture(autouse=True)
-def orders() -> None:
-    seed_orders()
-
-
-@pytest.fixture(autouse=True)
-def fresh_registry() -> Iterator[None]:
-    registry._cache.clear()
-    yield
-    registry._cache.clear()
 
 
 @pytest.fixture
@@ -339,9 +328,7 @@ def test_after_a_rejection_the_reply_says_so(
     client_for_alice: Client, conversation: Conversation, submitted: list
 ) -> None:
     run = turn(client_for_alice, conversation, "cancel order 42")
-    rita = make_user(username="rita")
-    rita.user_permissions.add(Permission.objects.get(codename="decide_approvalrequest"))
-    rita = type(rita).objects.get(pk=rita.pk)
+    rita = make_user(perms=[REVIEWER], username="rita")
     runs.decide(ApprovalRequest.objects.get(run=run), rita, False)
 
     resuming = page_text(client_for_alice.get(f"/chats/{conversation.session_id}/"))
