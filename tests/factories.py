@@ -145,6 +145,14 @@ def start_run(text: str, agent_name: str = "support") -> Any:
     return runs.start_run(conversation, text, alice)
 
 
+# --- items of a conversation (the SDK's input items) ----------------------------------------
+
+
+def user_message(text: str) -> dict[str, Any]:
+    """What a person said, as the SDK stores it in a session."""
+    return {"role": "user", "content": text}
+
+
 # --- traces ---------------------------------------------------------------------------------
 
 

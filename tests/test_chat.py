@@ -20,7 +20,7 @@ from conversations.models import Conversation, SessionItem
 from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
 from conversations.views import BUSY_WAITING, BUSY_WORKING, UNREADABLE
 from engine import runs
-from tests.factories import REVIEWER, make_conversation, make_user
+from tests.factories import REVIEWER, make_conversation, make_user, user_message
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -53,10 +53,6 @@ def add_items(conversation: Conversation, items: list[dict[str, Any]]) -> None:
 
 def items_of(conversation: Conversation) -> list[dict[str, Any]]:
     return asyncio.run(open_session(conversation.session_id).get_items())
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def assistant(text: str) -> dict[str, Any]:
@@ -104,7 +100,7 @@ def test_it_lists_only_her_own_conversations_newest_first(
 ) -> None:
     older = make_conversation(owner=alice, title="Refund <b>question</b>")
     newer = make_conversation(owner=alice, agent_name="support")
-    add_items(newer, [user("where is   order 7?"), assistant("Shipped.")])
+    add_items(newer, [user_message("where is   order 7?"), assistant("Shipped.")])
     Conversation.objects.filter(pk=older.pk).update(updated=newer.updated.replace(year=2020))
     bob = make_user(username="bob")
     make_conversation(owner=bob, title="Bob's secret chat")
@@ -268,7 +264,7 @@ def test_her_text_is_escaped_and_the_agent_s_markdown_is_sanitized(
     add_items(
         conversation,
         [
-            user("<script>alert('user')</script> **not bold**"),
+            user_message("<script>alert('user')</script> **not bold**"),
             assistant(
                 "**Bold** and a [link](https://example.com).\n\n- one\n- two\n\n"
                 "<script>alert('agent')</script><img src=x onerror=alert(1)> "
@@ -396,14 +392,14 @@ def test_undo_never_removes_an_item_it_cannot_read(
     client_for_alice: Client, conversation: Conversation, settings: Any
 ) -> None:
     settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
-    add_items(conversation, [user("first"), assistant("one")])
+    add_items(conversation, [user_message("first"), assistant("one")])
     # An item written under another key: it cannot be decrypted, so it must stay.
     asyncio.run(
         AuditedEncryptedSession(
             conversation.session_id,
             DjangoSession(conversation.session_id),
             Fernet.generate_key().decode(),
-        ).add_items([user("under another key")])
+        ).add_items([user_message("under another key")])
     )
     add_items(conversation, [assistant("newest")])
     rows = list(SessionItem.objects.order_by("pk").values_list("payload", flat=True))
@@ -481,7 +477,7 @@ def test_every_view_of_someone_else_s_conversation_is_a_404(
 ) -> None:
     bob = make_user(username="bob")
     theirs = make_conversation(owner=bob, title="Bob's")
-    add_items(theirs, [user("bob's secret")])
+    add_items(theirs, [user_message("bob's secret")])
 
     for method, url in chat_urls(theirs.session_id):
         data = {"text": "hi", "title": "mine now"} if method == "post" else None
@@ -491,7 +487,7 @@ def test_every_view_of_someone_else_s_conversation_is_a_404(
 
     theirs.refresh_from_db()
     assert theirs.title == "Bob's"
-    assert items_of(theirs) == [user("bob's secret")]
+    assert items_of(theirs) == [user_message("bob's secret")]
     assert AgentRun.objects.count() == 0
     assert client_for_alice.get("/chats/nobody-has-this/").status_code == 404
 
@@ -534,7 +530,7 @@ def fill(conversation: Conversation, exchanges: int) -> None:
     items: list[dict[str, Any]] = []
     for n in range(exchanges):
         items += [
-            user(f"question {n}"),
+            user_message(f"question {n}"),
             {
                 "type": "function_call",
                 "call_id": f"c{n}",
