@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,24 +22,38 @@ def env_str(name: str, default: str = "") -> str:
 
 
 def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
+    """On or off: 1/0, true/false, yes/no or on/off, in any case; empty or unset is `default`.
+    Anything else is refused, so that a typo never turns a switch silently off."""
+    value = os.environ.get(name, "").strip()
+    if value == "":
         return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(
+        f"{name}={value!r} is neither on nor off: use 1/0, true/false, yes/no or on/off."
+    )
 
 
 def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
+    value = os.environ.get(name, "").strip()
+    if value == "":
         return default
-    return int(value)
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a whole number.") from None
 
 
 def env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
+    value = os.environ.get(name, "").strip()
+    if value == "":
         return default
-    return float(value)
+    try:
+        return float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a number.") from None
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
@@ -54,7 +69,7 @@ def env_json_list(name: str, default: list[str]) -> list[str]:
     if value is None or value.strip() == "":
         return default
     if value.strip().startswith("["):
-        return [str(item) for item in json.loads(value)]
+        return [str(item) for item in _env_json(name, value)]
     return env_list(name, default)
 
 
@@ -65,10 +80,21 @@ def env_mapping(name: str, default: dict[str, str]) -> dict[str, str]:
         return default
     value = value.strip()
     if value.startswith("{"):
-        parsed = json.loads(value)
+        parsed = _env_json(name, value)
         return {str(k): str(v) for k, v in parsed.items()}
-    pairs = (part.split("=", 1) for part in value.split(",") if part.strip())
+    pairs = [part.split("=", 1) for part in value.split(",") if part.strip()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ImproperlyConfigured(
+            f"{name} is neither `name=value,name=value` nor a JSON object: {value!r}"
+        )
     return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _env_json(name: str, value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name} is not valid JSON: {error}") from None
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -153,14 +179,9 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Django's backend with writers queued in the process and WAL checkpoints off the
-    # request path: see agentsite/sqlite/base.py.
+    # request path: see agentsite/db/sqlite/base.py.
     DATABASES["default"]["ENGINE"] = "agentsite.db.sqlite"
     DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
-    # Tests use a file, not SQLite's shared-cache memory database: the session store is used
-    # from several threads at once, and shared-cache locking skips the busy timeout.
-    DATABASES["default"]["TEST"] = {
-        "NAME": str(Path(tempfile.gettempdir()) / f"agentsite-test-{os.getpid()}.sqlite3")
-    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -233,8 +254,8 @@ AGENTSITE_APPROVAL_TTL = env_int("AGENTSITE_APPROVAL_TTL", 24 * 3600)
 AGENTSITE_REJECTION_MESSAGE = env_str(
     "AGENTSITE_REJECTION_MESSAGE", "A reviewer rejected this tool call."
 )
-# Where runs execute: "inprocess" (an asyncio task in the server) or "tasks" (django-tasks
-# workers, started with `manage.py db_worker`).
+# Where runs execute: "inprocess" (an asyncio task in the server) or "tasks" (Django's tasks
+# on the database backend, run by workers started with `manage.py db_worker`).
 AGENTSITE_EXECUTOR = env_str("AGENTSITE_EXECUTOR", "inprocess")
 # A run still "running" after this many seconds without progress is taken as dead.
 AGENTSITE_STUCK_RUN_TIMEOUT = env_int("AGENTSITE_STUCK_RUN_TIMEOUT", 15 * 60)

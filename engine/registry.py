@@ -73,6 +73,12 @@ def get_agent(name: str) -> Agent[Any]:
     return agent
 
 
+def reset() -> None:
+    """Forget the agents imported so far: the next `get_agent` imports its path anew (after
+    `AGENTSITE_AGENTS` or an agent's module changed, as in tests)."""
+    _cache.clear()
+
+
 def _import_agent(name: str, path: str) -> Agent[Any]:
     try:
         agent = import_string(path)

@@ -134,3 +134,32 @@ def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr("engine.executor.submit", lambda job, run_id: calls.append((job, run_id)))
     return calls
+
+
+@pytest.fixture
+def orders() -> None:
+    """The demo's orders (7, 42, ...), which the demo agents' tools look up and change."""
+    from demo.seed import seed_orders
+
+    seed_orders()
+
+
+@pytest.fixture
+def fresh_registry() -> Iterator[None]:
+    """Agents are imported anew, before and after the test (which may change
+    AGENTSITE_AGENTS), and the record of what the scripted tools executed starts empty."""
+    from engine import registry
+    from tests import scripted
+
+    registry.reset()
+    scripted.EXECUTED.clear()
+    yield
+    registry.reset()
+
+
+@pytest.fixture
+async def fresh_layer() -> None:
+    """Groups of the in-memory channel layer outlive a test; start it with none."""
+    from channels.layers import get_channel_layer
+
+    await get_channel_layer().flush()

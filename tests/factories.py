@@ -1,14 +1,38 @@
-"""Small factories for test data: `make_*(**kwargs)` with sensible defaults."""
+"""Small factories for test data: `make_*(**kwargs)` with sensible defaults, saved.
+
+The shared people: alice (an end user, `make_user(username="alice")`), rita (a reviewer,
+`make_reviewer()`), olga (an operator who may view traces, `make_viewer()`) and sam (staff with
+no permission, `make_staff()`); every one has the password "pass-for-tests".
+"""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 
+from approvals.models import (
+    AgentRun,
+    ApprovalDecision,
+    ApprovalRequest,
+    RunStatus,
+    arguments_hash,
+)
 from conversations.models import Conversation
+from tracing.models import Span, Trace, TraceStatus
+
+PASSWORD = "pass-for-tests"
+REVIEWER = "approvals.decide_approvalrequest"
+VIEWER = "tracing.view_trace"
+# When made traces start: `make_trace` counts back from here, a minute per trace.
+T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 _counter = {"n": 0}
+_calls = itertools.count(1)
+_numbers = itertools.count(1)
 
 
 def _next() -> int:
@@ -16,13 +40,52 @@ def _next() -> int:
     return _counter["n"]
 
 
-def make_user(**kwargs: Any) -> Any:
+# --- people ---------------------------------------------------------------------------------
+
+
+def make_user(perms: Iterable[str] = (), **kwargs: Any) -> Any:
+    """A user with the permissions `perms`, each named "app_label.codename"."""
     kwargs.setdefault("username", f"user{_next()}")
-    password = kwargs.pop("password", "pass-for-tests")
+    password = kwargs.pop("password", PASSWORD)
     user = get_user_model().objects.create_user(**kwargs)
     user.set_password(password)
     user.save()
-    return user
+    return grant(user, *perms) if perms else user
+
+
+def grant(user: Any, *perms: str) -> Any:
+    """`user`, given the permissions `perms` ("app_label.codename"), fetched again so that
+    Django's permission cache does not hide them."""
+    from django.contrib.auth.models import Permission
+
+    for perm in perms:
+        app_label, codename = perm.split(".", 1)
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return type(user).objects.get(pk=user.pk)
+
+
+def make_reviewer(username: str = "rita", password: str = PASSWORD) -> Any:
+    """A user who may decide tool calls (the permission `is_reviewer` checks); an existing
+    user of that name is made a reviewer instead."""
+    user = get_user_model().objects.filter(username=username).first() or make_user(
+        username=username, password=password
+    )
+    return grant(user, REVIEWER)
+
+
+def make_viewer(username: str = "olga") -> Any:
+    """An operator who is not staff: the permission to view traces is all she has."""
+    return make_user(perms=[VIEWER], username=username)
+
+
+def make_staff(username: str = "sam") -> Any:
+    """Staff, with no permission at all."""
+    return make_user(username=username, is_staff=True)
+
+
+# --- conversations, runs and approvals ------------------------------------------------------
 
 
 def make_conversation(**kwargs: Any) -> Conversation:
@@ -31,27 +94,102 @@ def make_conversation(**kwargs: Any) -> Conversation:
     return Conversation.objects.create(**kwargs)
 
 
-def make_reviewer(username: str = "rita", password: str = "pass-for-tests") -> Any:
-    """A user who may decide tool calls (the permission `is_reviewer` checks); an existing
-    user of that name is made a reviewer instead."""
-    from django.contrib.auth.models import Permission
+def make_run(**kwargs: Any) -> AgentRun:
+    """A run waiting at its first pause, owned by a fresh end user unless told otherwise."""
+    if "conversation" not in kwargs:
+        owner = kwargs.pop("owner", None) or make_user()
+        kwargs["conversation"] = make_conversation(owner=owner)
+    kwargs.setdefault("agent_name", "support")
+    kwargs.setdefault("input", "cancel order 42")
+    kwargs.setdefault("status", RunStatus.WAITING)
+    kwargs.setdefault("pause_count", 1)
+    return AgentRun.objects.create(**kwargs)
 
-    user = get_user_model().objects.filter(username=username).first() or make_user(
-        username=username, password=password
-    )
-    user.user_permissions.add(
-        Permission.objects.get(
-            codename="decide_approvalrequest", content_type__app_label="approvals"
-        )
-    )
-    return type(user).objects.get(pk=user.pk)  # drop the permission cache
+
+def make_request(**kwargs: Any) -> ApprovalRequest:
+    """A pending request, of its own waiting run unless `run` is given."""
+    if "run" not in kwargs:
+        kwargs["run"] = make_run()
+    kwargs.setdefault("pause", kwargs["run"].pause_count or 1)
+    kwargs.setdefault("call_id", f"call_{next(_calls)}")
+    kwargs.setdefault("agent_name", "Support desk")
+    kwargs.setdefault("tool_name", "cancel_order")
+    kwargs.setdefault("arguments", {"order_id": 42})
+    kwargs.setdefault("arguments_hash", arguments_hash(kwargs["arguments"]))
+    created = kwargs.pop("created", None)
+    request = ApprovalRequest.objects.create(**kwargs)
+    if created is not None:
+        ApprovalRequest.objects.filter(pk=request.pk).update(created=created)
+        request.refresh_from_db()
+    return request
+
+
+def make_decision(**kwargs: Any) -> ApprovalDecision:
+    """A row of the audit only: rita approves a new pending request, as she saw it, unless
+    told otherwise. The request itself is left as it is (`runs.decide` changes both)."""
+    if "request" not in kwargs:
+        kwargs["request"] = make_request()
+    if "reviewer" not in kwargs:
+        kwargs["reviewer"] = make_reviewer()
+    kwargs.setdefault("approved", True)
+    kwargs.setdefault("arguments_hash", kwargs["request"].arguments_hash)
+    return ApprovalDecision.objects.create(**kwargs)
 
 
 def start_run(text: str, agent_name: str = "support") -> Any:
     """A run of `agent_name` on `text`, queued by a new user in a new conversation."""
-    from approvals.models import AgentRun
     from engine import runs
 
     alice = make_user(username=f"alice{AgentRun.objects.count()}")
     conversation = make_conversation(owner=alice, agent_name=agent_name)
     return runs.start_run(conversation, text, alice)
+
+
+# --- items of a conversation (the SDK's input items) ----------------------------------------
+
+
+def user_message(text: str) -> dict[str, Any]:
+    """What a person said, as the SDK stores it in a session."""
+    return {"role": "user", "content": text}
+
+
+# --- traces ---------------------------------------------------------------------------------
+
+
+def make_trace(**kwargs: Any) -> Trace:
+    """A finished trace of the support desk, each one a minute older than the one before."""
+    n = next(_numbers)
+    kwargs.setdefault("trace_id", f"trace_{n:032x}")
+    kwargs.setdefault("workflow_name", "agentsite: Support desk")
+    kwargs.setdefault("group_id", f"conv_made_{n}")
+    kwargs.setdefault("status", TraceStatus.OK)
+    kwargs.setdefault("started_at", T0 - timedelta(minutes=n))
+    if kwargs["started_at"] is not None:
+        kwargs.setdefault("ended_at", kwargs["started_at"] + timedelta(seconds=2))
+    kwargs.setdefault("metadata", {"agent": "support"})
+    return Trace.objects.create(**kwargs)
+
+
+def make_span(
+    trace: Trace,
+    span_type: str,
+    name: str = "",
+    *,
+    parent: Span | str | None = None,
+    start: float = 0.0,
+    end: float = 0.1,
+    **kwargs: Any,
+) -> Span:
+    """An unsaved span `start`..`end` seconds into the trace (save many with `bulk_create`)."""
+    begun = (trace.started_at or T0) + timedelta(seconds=start)
+    kwargs.setdefault("span_data", {"type": span_type, "name": name})
+    return Span(
+        span_id=kwargs.pop("span_id", f"span_{next(_numbers):024x}"),
+        trace=trace,
+        parent_id=parent.span_id if isinstance(parent, Span) else parent,
+        span_type=span_type,
+        name=name or span_type,
+        started_at=begun,
+        ended_at=begun + timedelta(seconds=end - start),
+        **kwargs,
+    )

@@ -17,7 +17,7 @@ def install(settings: Any, agent: Agent[Any], name: str = "scripted") -> str:
     global AGENT
     AGENT = agent
     settings.AGENTSITE_AGENTS = {name: "tests.scripted.AGENT"}
-    registry._cache.clear()
+    registry.reset()
     return name
 
 

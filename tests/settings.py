@@ -5,6 +5,8 @@ throwaway key and loses any model credentials the developer's shell holds.
 """
 
 import os
+import tempfile
+from pathlib import Path
 
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key")
 # The browser tests' daphne server runs these settings too, with DEBUG on so that it serves
@@ -16,6 +18,13 @@ for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENTSITE_SESSION_ENCRYPTION_
 from agentsite.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+if DATABASES["default"]["ENGINE"] == "agentsite.db.sqlite":  # noqa: F405
+    # A file per test process, not SQLite's shared-cache memory database: the session store
+    # is used from several threads at once, and shared-cache locking skips the busy timeout.
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": str(Path(tempfile.gettempdir()) / f"agentsite-test-{os.getpid()}.sqlite3")
+    }
 
 # Agents on the demo model answer at once in tests; the browser tests' server streams at a
 # visible pace, so its pages really receive a reply word by word.

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from agents import Agent
 from django.core.exceptions import ImproperlyConfigured
 
 from demo.agents import billing, support_desk
 from engine import registry
+from tests import scripted
 
 
 def test_it_registers_the_support_desk_by_default() -> None:
@@ -58,3 +60,18 @@ def test_it_rejects_an_empty_registry(settings: Any) -> None:
 
     with pytest.raises(ImproperlyConfigured, match="register at least one agent"):
         registry.default_agent_name()
+
+
+def test_it_imports_an_agent_once_until_reset(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, fresh_registry: None
+) -> None:
+    first, second = Agent(name="First"), Agent(name="Second")
+    settings.AGENTSITE_AGENTS = {"scripted": "tests.scripted.AGENT"}
+    monkeypatch.setattr(scripted, "AGENT", first)
+    assert registry.get_agent("scripted") is first
+
+    monkeypatch.setattr(scripted, "AGENT", second)
+    assert registry.get_agent("scripted") is first  # imported once, then cached
+
+    registry.reset()
+    assert registry.get_agent("scripted") is second

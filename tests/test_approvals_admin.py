@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.contrib.messages import get_messages
 from django.test import Client
 
@@ -18,34 +17,21 @@ from approvals.models import (
     RunStatus,
 )
 from demo.models import OrderEvent
-from demo.seed import seed_orders
 from engine import runs
-from tests.factories import make_conversation, make_user
+from tests.factories import REVIEWER, grant, make_conversation, make_user
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
 RUNS = "/admin/approvals/agentrun/"
 REQUESTS = "/admin/approvals/approvalrequest/"
 DECISIONS = "/admin/approvals/approvaldecision/"
 
 
-@pytest.fixture(autouse=True)
-def orders() -> None:
-    seed_orders()
-
-
 @pytest.fixture
 def admin_client(client: Client) -> Client:
     client.force_login(make_user(username="admin", is_staff=True, is_superuser=True))
     return client
-
-
-def grant(user: Any, *codenames: str) -> Any:
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="approvals", codename__in=codenames)
-    )
-    return type(user).objects.get(pk=user.pk)  # drop the permission cache
 
 
 def paused_run(submitted: list[tuple[str, int]], text: str = "cancel order 42") -> AgentRun:
@@ -73,7 +59,7 @@ def messages_of(response: Any) -> list[str]:
 def test_it_renders_the_changelists_and_change_pages(admin_client: Client, submitted: list) -> None:
     run = paused_run(submitted)
     request = run.approval_requests.get()
-    reviewer = grant(make_user(username="rita"), "decide_approvalrequest")
+    reviewer = grant(make_user(username="rita"), REVIEWER)
     runs.decide(request, reviewer, False, message="Not this one.")
     decision = ApprovalDecision.objects.get()
 
@@ -160,7 +146,7 @@ def test_it_keeps_decisions_append_only_even_for_a_superuser(
     admin_client: Client, submitted: list
 ) -> None:
     run = paused_run(submitted)
-    reviewer = grant(make_user(username="rita"), "decide_approvalrequest")
+    reviewer = grant(make_user(username="rita"), REVIEWER)
     runs.decide(run.approval_requests.get(), reviewer, True)
     decision = ApprovalDecision.objects.get()
 
@@ -254,9 +240,9 @@ def test_it_hides_the_actions_from_staff_who_may_not_decide(
     request = run.approval_requests.get()
     viewer = grant(
         make_user(username="victor", is_staff=True),
-        "view_agentrun",
-        "view_approvalrequest",
-        "view_approvaldecision",
+        "approvals.view_agentrun",
+        "approvals.view_approvalrequest",
+        "approvals.view_approvaldecision",
     )
     client.force_login(viewer)
 
@@ -273,7 +259,7 @@ def test_it_hides_the_actions_from_staff_who_may_not_decide(
     assert request.status == ApprovalStatus.PENDING
 
     # The same staff user with the permission sees them.
-    grant(viewer, "decide_approvalrequest")
+    grant(viewer, REVIEWER)
     body = client.get(REQUESTS).content.decode()
     assert "approve_selected" in body
     assert "reject_selected" in body

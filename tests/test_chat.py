@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
-from django.contrib.auth.models import Permission
 from django.db.backends import utils as db_utils
 from django.test import Client
 
@@ -20,25 +19,15 @@ from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from conversations.models import Conversation, SessionItem
 from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
 from conversations.views import BUSY_WAITING, BUSY_WORKING, UNREADABLE
-from demo.seed import seed_orders
-from engine import registry, runs
-from tests.factories import make_conversation, make_user
+from engine import runs
+from tests.factories import REVIEWER, make_conversation, make_user, user_message
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("orders", "fresh_registry"),
+]
 
 HTMX = {"HX-Request": "true"}
-
-
-@pytest.fixture(autouse=True)
-def orders() -> None:
-    seed_orders()
-
-
-@pytest.fixture(autouse=True)
-def fresh_registry() -> Iterator[None]:
-    registry._cache.clear()
-    yield
-    registry._cache.clear()
 
 
 @pytest.fixture
@@ -64,10 +53,6 @@ def add_items(conversation: Conversation, items: list[dict[str, Any]]) -> None:
 
 def items_of(conversation: Conversation) -> list[dict[str, Any]]:
     return asyncio.run(open_session(conversation.session_id).get_items())
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def assistant(text: str) -> dict[str, Any]:
@@ -115,7 +100,7 @@ def test_it_lists_only_her_own_conversations_newest_first(
 ) -> None:
     older = make_conversation(owner=alice, title="Refund <b>question</b>")
     newer = make_conversation(owner=alice, agent_name="support")
-    add_items(newer, [user("where is   order 7?"), assistant("Shipped.")])
+    add_items(newer, [user_message("where is   order 7?"), assistant("Shipped.")])
     Conversation.objects.filter(pk=older.pk).update(updated=newer.updated.replace(year=2020))
     bob = make_user(username="bob")
     make_conversation(owner=bob, title="Bob's secret chat")
@@ -279,7 +264,7 @@ def test_her_text_is_escaped_and_the_agent_s_markdown_is_sanitized(
     add_items(
         conversation,
         [
-            user("<script>alert('user')</script> **not bold**"),
+            user_message("<script>alert('user')</script> **not bold**"),
             assistant(
                 "**Bold** and a [link](https://example.com).\n\n- one\n- two\n\n"
                 "<script>alert('agent')</script><img src=x onerror=alert(1)> "
@@ -339,9 +324,7 @@ def test_after_a_rejection_the_reply_says_so(
     client_for_alice: Client, conversation: Conversation, submitted: list
 ) -> None:
     run = turn(client_for_alice, conversation, "cancel order 42")
-    rita = make_user(username="rita")
-    rita.user_permissions.add(Permission.objects.get(codename="decide_approvalrequest"))
-    rita = type(rita).objects.get(pk=rita.pk)
+    rita = make_user(perms=[REVIEWER], username="rita")
     runs.decide(ApprovalRequest.objects.get(run=run), rita, False)
 
     resuming = page_text(client_for_alice.get(f"/chats/{conversation.session_id}/"))
@@ -409,14 +392,14 @@ def test_undo_never_removes_an_item_it_cannot_read(
     client_for_alice: Client, conversation: Conversation, settings: Any
 ) -> None:
     settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
-    add_items(conversation, [user("first"), assistant("one")])
+    add_items(conversation, [user_message("first"), assistant("one")])
     # An item written under another key: it cannot be decrypted, so it must stay.
     asyncio.run(
         AuditedEncryptedSession(
             conversation.session_id,
             DjangoSession(conversation.session_id),
             Fernet.generate_key().decode(),
-        ).add_items([user("under another key")])
+        ).add_items([user_message("under another key")])
     )
     add_items(conversation, [assistant("newest")])
     rows = list(SessionItem.objects.order_by("pk").values_list("payload", flat=True))
@@ -494,7 +477,7 @@ def test_every_view_of_someone_else_s_conversation_is_a_404(
 ) -> None:
     bob = make_user(username="bob")
     theirs = make_conversation(owner=bob, title="Bob's")
-    add_items(theirs, [user("bob's secret")])
+    add_items(theirs, [user_message("bob's secret")])
 
     for method, url in chat_urls(theirs.session_id):
         data = {"text": "hi", "title": "mine now"} if method == "post" else None
@@ -504,7 +487,7 @@ def test_every_view_of_someone_else_s_conversation_is_a_404(
 
     theirs.refresh_from_db()
     assert theirs.title == "Bob's"
-    assert items_of(theirs) == [user("bob's secret")]
+    assert items_of(theirs) == [user_message("bob's secret")]
     assert AgentRun.objects.count() == 0
     assert client_for_alice.get("/chats/nobody-has-this/").status_code == 404
 
@@ -547,7 +530,7 @@ def fill(conversation: Conversation, exchanges: int) -> None:
     items: list[dict[str, Any]] = []
     for n in range(exchanges):
         items += [
-            user(f"question {n}"),
+            user_message(f"question {n}"),
             {
                 "type": "function_call",
                 "call_id": f"c{n}",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -16,11 +15,11 @@ from django.test import Client
 from django.utils import timezone
 
 from agentsite.asgi import application
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import AgentRun, RunStatus
 from conversations.models import Conversation
 from demo.seed import seed_orders
-from engine import events, registry, runs, serverloop
-from tests.factories import make_conversation, make_user
+from engine import events, runs, serverloop
+from tests.factories import make_conversation, make_request, make_run, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,13 +27,10 @@ ORIGIN = (b"origin", b"http://127.0.0.1")
 
 
 @pytest.fixture(autouse=True)
-def quiet_server(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def quiet_server(settings: Any, monkeypatch: pytest.MonkeyPatch, fresh_registry: None) -> None:
     """The application binds the in-process executor to the test's loop; undo that after."""
     settings.AGENTSITE_SWEEP_SECONDS = 0
     monkeypatch.setattr(serverloop, "_loop", None)
-    registry._cache.clear()
-    yield
-    registry._cache.clear()
 
 
 def session_cookie(user: Any) -> tuple[bytes, bytes]:
@@ -125,20 +121,10 @@ async def test_events_of_other_conversations_never_arrive() -> None:
 
 
 def make_waiting_run(conversation: Conversation) -> AgentRun:
-    run = AgentRun.objects.create(
-        conversation=conversation,
-        agent_name="support",
-        input="cancel <order> 42",
-        status=RunStatus.WAITING,
-        pause_count=1,
-    )
-    ApprovalRequest.objects.create(
+    run = make_run(conversation=conversation, input="cancel <order> 42")
+    make_request(
         run=run,
-        pause=1,
         call_id="call_1",
-        agent_name="Support desk",
-        tool_name="cancel_order",
-        arguments={"order_id": 42},
         arguments_hash="x",
         expires_at=timezone.now() + timedelta(hours=1),
     )

@@ -20,17 +20,11 @@ from approvals.models import (
 )
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
-from demo.seed import seed_orders
 from engine import executor, runs
 from tests.factories import make_conversation, make_reviewer, make_user
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def orders() -> None:
-    seed_orders()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
 
 def queued_run(text: str = "cancel order 42") -> AgentRun:

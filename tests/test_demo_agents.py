@@ -18,12 +18,7 @@ from demo.seed import seed_orders
 from engine import providers
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def orders() -> None:
-    seed_orders()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
 
 def make_run_config(**kwargs: Any) -> RunConfig:

@@ -20,6 +20,7 @@ from openai.types.responses import (
 )
 
 from demo.model import OfflineDemoModel
+from tests.factories import user_message
 
 
 @function_tool
@@ -64,10 +65,6 @@ BILLING_TOOLS: list[Tool] = [lookup_order, issue_refund]
 
 def make_handoffs() -> list[Handoff[Any, Any]]:
     return [handoff(Agent(name="Billing"))]
-
-
-def make_user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def make_call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> dict[str, Any]:
@@ -197,18 +194,18 @@ async def test_it_lists_what_it_can_do_for_anything_else() -> None:
 
 async def test_it_answers_only_the_latest_user_message() -> None:
     history = [
-        make_user("cancel order 42"),
+        user_message("cancel order 42"),
         make_call("cancel_order", {"order_id": 42}),
         make_output("Order 42 (Burr coffee grinder) is now cancelled."),
         make_assistant("Cancellation: done."),
-        make_user("where is order 7"),
+        user_message("where is order 7"),
     ]
     assert call_of(await respond(history)) == ("lookup_order", {"order_id": 7})
 
 
 async def test_it_answers_a_tool_result_with_text_quoting_it() -> None:
     conversation = [
-        make_user("where is order 7"),
+        user_message("where is order 7"),
         make_call("lookup_order", {"order_id": 7}),
         make_output("Order 7 for Chen Wei: headphones, $89.00, status shipped."),
     ]
@@ -219,7 +216,7 @@ async def test_it_answers_a_tool_result_with_text_quoting_it() -> None:
 async def test_it_never_calls_a_second_tool_in_a_turn_that_has_a_result() -> None:
     # The result is unrelated to the question: a looping model would call lookup_order again.
     conversation = [
-        make_user("where is order 7"),
+        user_message("where is order 7"),
         make_call("lookup_order", {"order_id": 7}),
         make_output("An error occurred while running the tool."),
     ]
@@ -228,7 +225,7 @@ async def test_it_never_calls_a_second_tool_in_a_turn_that_has_a_result() -> Non
 
 async def test_it_says_plainly_when_a_call_was_not_approved() -> None:
     conversation = [
-        make_user("cancel order 42"),
+        user_message("cancel order 42"),
         make_call("cancel_order", {"order_id": 42}),
         make_output("Rejected: the customer already received it."),
     ]
@@ -239,7 +236,7 @@ async def test_it_says_plainly_when_a_call_was_not_approved() -> None:
 
 async def test_it_greets_after_a_handoff() -> None:
     conversation = [
-        make_user("I have a billing question"),
+        user_message("I have a billing question"),
         make_call("transfer_to_billing", {}),
         make_output(json.dumps({"assistant": "Billing"})),
     ]
@@ -269,7 +266,7 @@ async def test_it_reports_usage_with_token_details() -> None:
 
 async def test_it_streams_text_word_by_word() -> None:
     conversation: list[Any] = [
-        make_user("where is order 7"),
+        user_message("where is order 7"),
         make_call("lookup_order", {"order_id": 7}),
         make_output("Order 7 is shipped."),
     ]

@@ -17,21 +17,15 @@ import pytest
 from approvals.models import AgentRun, RunStatus
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
-from demo.seed import seed_orders
 from engine import executor, runs
 from tests import live
 from tests.factories import make_conversation, make_reviewer, make_user
 
 # The runs execute in other threads or another process: they must see committed rows.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 20.0
-
-
-@pytest.fixture(autouse=True)
-def orders() -> None:
-    seed_orders()
 
 
 def wait_for(run: AgentRun, status: str, describe: Callable[[], str] = lambda: "") -> AgentRun:

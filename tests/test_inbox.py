@@ -4,7 +4,6 @@ how decisions go through `runs.decide`."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
 from datetime import timedelta
 from typing import Any
@@ -23,53 +22,28 @@ from approvals.models import (
     ApprovalRequest,
     ApprovalStatus,
     RunStatus,
-    arguments_hash,
 )
 from conversations.models import SessionItem
 from demo.models import Order
 from demo.seed import seed_orders
 from engine import runs
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import (
+    make_conversation,
+    make_decision,
+    make_request,
+    make_reviewer,
+    make_run,
+    make_user,
+)
 from tests.plans import explain
 
 pytestmark = pytest.mark.django_db
 
 XSS = "<script>alert(1)</script>"
 HTMX = {"HTTP_HX_REQUEST": "true"}
-_calls = itertools.count(1)
 
 
 # --- data -----------------------------------------------------------------------------------
-
-
-def make_run(**kwargs: Any) -> AgentRun:
-    """A run waiting at its first pause, owned by a fresh end user unless told otherwise."""
-    if "conversation" not in kwargs:
-        owner = kwargs.pop("owner", None) or make_user()
-        kwargs["conversation"] = make_conversation(owner=owner)
-    kwargs.setdefault("agent_name", "support")
-    kwargs.setdefault("input", "cancel order 42")
-    kwargs.setdefault("status", RunStatus.WAITING)
-    kwargs.setdefault("pause_count", 1)
-    return AgentRun.objects.create(**kwargs)
-
-
-def make_request(**kwargs: Any) -> ApprovalRequest:
-    """A pending request, of its own waiting run unless `run` is given."""
-    if "run" not in kwargs:
-        kwargs["run"] = make_run()
-    kwargs.setdefault("pause", kwargs["run"].pause_count or 1)
-    kwargs.setdefault("call_id", f"call_{next(_calls)}")
-    kwargs.setdefault("agent_name", "Support desk")
-    kwargs.setdefault("tool_name", "cancel_order")
-    kwargs.setdefault("arguments", {"order_id": 42})
-    kwargs.setdefault("arguments_hash", arguments_hash(kwargs["arguments"]))
-    created = kwargs.pop("created", None)
-    request = ApprovalRequest.objects.create(**kwargs)
-    if created is not None:
-        ApprovalRequest.objects.filter(pk=request.pk).update(created=created)
-        request.refresh_from_db()
-    return request
 
 
 def pause_run(text: str = "cancel order 42", owner: Any = None) -> AgentRun:
@@ -665,7 +639,7 @@ def test_the_pages_read_the_database_a_bounded_number_of_times(
         client.get(reverse("inbox_rows"))
 
     for request in ApprovalRequest.objects.all():
-        ApprovalDecision.objects.create(
+        make_decision(
             request=request, reviewer=rita, approved=False, arguments_hash="x", message="m"
         )
     with django_assert_max_num_queries(12):

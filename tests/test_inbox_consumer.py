@@ -19,15 +19,9 @@ from engine import events, runs
 from tests.factories import make_conversation, make_user
 from tests.test_inbox import XSS, make_request, make_reviewer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_layer")]
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
-
-
-@pytest.fixture(autouse=True)
-async def fresh_layer() -> None:
-    """Groups of the in-memory layer outlive a test; start each one with none."""
-    await get_channel_layer().flush()
 
 
 @sync_to_async

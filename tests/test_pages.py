@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.test import Client
 
 from conversations.models import SessionItem
-from tests.factories import make_conversation, make_user
+from tests.factories import REVIEWER, make_conversation, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -38,8 +38,7 @@ def test_it_serves_the_admin_login(client: Client) -> None:
 
 def test_the_home_page_sends_people_where_they_work(client: Client) -> None:
     alice = make_user(username="alice")
-    rita = make_user(username="rita")
-    rita.user_permissions.add(Permission.objects.get(codename="decide_approvalrequest"))
+    rita = make_user(perms=[REVIEWER], username="rita")
     client.force_login(alice)
     assert client.get("/")["Location"] == "/chats/"
     client.force_login(rita)

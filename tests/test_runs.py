@@ -24,25 +24,14 @@ from approvals.models import (
 )
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
-from demo.seed import seed_orders
 from engine import events, registry, runs
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user, start_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def orders() -> None:
-    seed_orders()
-
-
-@pytest.fixture(autouse=True)
-def fresh_registry() -> Any:
-    registry._cache.clear()
-    scripted.EXECUTED.clear()
-    yield
-    registry._cache.clear()
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("orders", "fresh_registry"),
+]
 
 
 def pause(text: str, agent_name: str = "support") -> AgentRun:
@@ -142,7 +131,7 @@ def test_a_paused_run_resumes_in_a_new_loop_from_the_database_only(submitted: li
     rita = make_reviewer()
 
     # Throw away every in-memory object: the registry's agents, the run, the request.
-    registry._cache.clear()
+    registry.reset()
     request_id = ApprovalRequest.objects.get(run_id=run_id).pk
     runs.decide(request_id, rita, True)
     assert submitted[-1] == ("resume", run_id)

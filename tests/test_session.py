@@ -15,13 +15,9 @@ from django.utils import timezone
 
 from conversations.models import Conversation, SessionItem
 from conversations.session import DjangoSession
-from tests.factories import make_user
+from tests.factories import make_user, user_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def user_message(text: str) -> dict:
-    return {"role": "user", "content": text}
 
 
 async def test_it_creates_the_conversation_on_first_use() -> None:

@@ -19,20 +19,21 @@ from channels.testing import WebsocketCommunicator
 from demo.seed import seed_orders
 from engine import events, executor, runs, serverloop
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_reviewer, make_user
-from tests.test_inbox import make_run
+from tests.factories import (
+    make_conversation,
+    make_reviewer,
+    make_run,
+    make_span,
+    make_staff,
+    make_trace,
+    make_user,
+    make_viewer,
+)
 from tests.test_inbox_consumer import ORIGIN, cookie_of
-from tests.test_trace_views import make_span, make_staff, make_trace, make_viewer
 from tracing.exporter import DatabaseExporter
 from tracing.models import Span, Trace
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-async def fresh_layer() -> None:
-    """Groups of the in-memory layer outlive a test; start each one with none."""
-    await get_channel_layer().flush()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_layer")]
 
 
 @pytest.fixture

@@ -5,18 +5,15 @@ and the JSON export in the SDK's shape."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import re
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from agents import Agent, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -24,13 +21,23 @@ from django.urls import reverse
 
 from approvals.models import AgentRun, RunStatus
 from demo import model as demo_model
-from demo.seed import seed_orders
-from engine import registry, runs
+from engine import runs
 from tests import scripted
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import (
+    REVIEWER,
+    T0,
+    grant,
+    make_conversation,
+    make_reviewer,
+    make_run,
+    make_span,
+    make_staff,
+    make_trace,
+    make_user,
+    make_viewer,
+)
 from tests.plans import explain
-from tests.test_inbox import make_run
 from tracing import tree as trees
 from tracing.forms import make_cursor
 from tracing.models import Span, Trace, TraceStatus
@@ -40,8 +47,6 @@ pytestmark = pytest.mark.django_db
 
 XSS = "<script>alert(1)</script>"
 HTMX = {"HTTP_HX_REQUEST": "true"}
-T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-_numbers = itertools.count(1)
 
 # The keys of the SDK's exports (openai-agents 0.24; /work/shared/samples/sample_trace.json).
 SDK_TRACE_KEYS = {"object", "id", "workflow_name", "group_id", "metadata"}
@@ -60,20 +65,6 @@ SDK_SPAN_KEYS = {
 # --- people ---------------------------------------------------------------------------------
 
 
-def make_viewer(username: str = "olga") -> Any:
-    """An operator who is not staff: the permission to view traces is all she has."""
-    user = make_user(username=username)
-    user.user_permissions.add(
-        Permission.objects.get(codename="view_trace", content_type__app_label="tracing")
-    )
-    return type(user).objects.get(pk=user.pk)
-
-
-def make_staff(username: str = "sam") -> Any:
-    """Staff, with no permission at all."""
-    return make_user(username=username, is_staff=True)
-
-
 @pytest.fixture
 def olga(client: Client) -> Any:
     user = make_viewer()
@@ -82,44 +73,6 @@ def olga(client: Client) -> Any:
 
 
 # --- traces made in the database ------------------------------------------------------------
-
-
-def make_trace(**kwargs: Any) -> Trace:
-    n = next(_numbers)
-    kwargs.setdefault("trace_id", f"trace_{n:032x}")
-    kwargs.setdefault("workflow_name", "agentsite: Support desk")
-    kwargs.setdefault("group_id", f"conv_made_{n}")
-    kwargs.setdefault("status", TraceStatus.OK)
-    kwargs.setdefault("started_at", T0 - timedelta(minutes=n))
-    if kwargs["started_at"] is not None:
-        kwargs.setdefault("ended_at", kwargs["started_at"] + timedelta(seconds=2))
-    kwargs.setdefault("metadata", {"agent": "support"})
-    return Trace.objects.create(**kwargs)
-
-
-def make_span(
-    trace: Trace,
-    span_type: str,
-    name: str = "",
-    *,
-    parent: Span | str | None = None,
-    start: float = 0.0,
-    end: float = 0.1,
-    **kwargs: Any,
-) -> Span:
-    """An unsaved span `start`..`end` seconds into the trace."""
-    begun = (trace.started_at or T0) + timedelta(seconds=start)
-    kwargs.setdefault("span_data", {"type": span_type, "name": name})
-    return Span(
-        span_id=kwargs.pop("span_id", f"span_{next(_numbers):024x}"),
-        trace=trace,
-        parent_id=parent.span_id if isinstance(parent, Span) else parent,
-        span_type=span_type,
-        name=name or span_type,
-        started_at=begun,
-        ended_at=begun + timedelta(seconds=end - start),
-        **kwargs,
-    )
 
 
 def realistic_spans(trace: Trace, count: int) -> list[Span]:
@@ -167,13 +120,9 @@ def listed(response: Any) -> list[str]:
 
 
 @pytest.fixture
-def demo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def demo(monkeypatch: pytest.MonkeyPatch, orders: None, fresh_registry: None) -> None:
     """The demo shop, its agent, and runs that execute when the test says so."""
-    seed_orders()
-    registry._cache.clear()
     monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
-    yield
-    registry._cache.clear()
 
 
 def run_demo(text: str, agent_name: str = "support") -> AgentRun:
@@ -911,12 +860,7 @@ def test_the_admin_and_the_inbox_link_to_the_trace(traces: Traces, demo: None) -
     rita = Client()
     rita.force_login(make_reviewer("rita"))
     assert link not in text(rita.get(f"/inbox/{request.pk}/"))  # a reviewer, not an operator
-    both = make_viewer("vic")
-    both.user_permissions.add(
-        Permission.objects.get(
-            codename="decide_approvalrequest", content_type__app_label="approvals"
-        )
-    )
+    both = grant(make_viewer("vic"), REVIEWER)
     vic = Client()
     vic.force_login(both)
     assert link in text(vic.get(f"/inbox/{request.pk}/"))

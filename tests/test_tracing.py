@@ -19,27 +19,24 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
-from demo.seed import seed_orders
-from engine import registry, runs
+from engine import runs
 from tests import scripted
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_reviewer, make_user, start_run
+from tests.factories import (
+    make_conversation,
+    make_reviewer,
+    make_span,
+    make_trace,
+    make_user,
+    start_run,
+)
 from tracing.models import Span, Trace, TraceStatus
 
 # Jobs handed to the executor are recorded (the shared `submitted` fixture): each test drives them.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("submitted")]
-
-
-@pytest.fixture(autouse=True)
-def orders() -> None:
-    seed_orders()
-
-
-@pytest.fixture(autouse=True)
-def fresh_registry() -> Any:
-    registry._cache.clear()
-    yield
-    registry._cache.clear()
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("submitted", "orders", "fresh_registry"),
+]
 
 
 def run_to_end(text: str, agent_name: str = "support") -> AgentRun:
@@ -305,26 +302,25 @@ def test_personal_data_never_reaches_the_trace_store(traces: Traces, settings: A
 # --- retention ------------------------------------------------------------------------------
 
 
-def make_trace(age: timedelta, spans: int = 3, **kwargs: Any) -> Trace:
+def trace_started_ago(age: timedelta, spans: int = 3) -> Trace:
+    """A trace (of the shared `make_trace`) that started, and was created, `age` ago."""
     started = timezone.now() - age
-    trace = Trace.objects.create(trace_id=f"trace_old_{uuid.uuid4().hex}", **kwargs)
-    Trace.objects.filter(pk=trace.pk).update(started_at=started, created=started)
-    Span.objects.bulk_create(
-        Span(span_id=f"span_{trace.pk}_{n}", trace=trace, span_type="custom", started_at=started)
-        for n in range(spans)
-    )
+    trace = make_trace(trace_id=f"trace_old_{uuid.uuid4().hex}", started_at=started)
+    Trace.objects.filter(pk=trace.pk).update(created=started)
+    Span.objects.bulk_create(make_span(trace, "custom") for _ in range(spans))
     return trace
 
 
 def made() -> Any:
-    """The traces `make_trace` made (a browser test's server may store traces of its own)."""
+    """The traces `trace_started_ago` made (a browser test's server may store traces of its
+    own)."""
     return Trace.objects.filter(trace_id__startswith="trace_old_")
 
 
 def test_prune_traces_deletes_old_traces_with_their_spans_and_keeps_new_ones() -> None:
-    old = [make_trace(timedelta(days=40)) for _ in range(3)]
-    recent = make_trace(timedelta(days=2))
-    stale_placeholder = make_trace(timedelta(days=31), spans=0)
+    old = [trace_started_ago(timedelta(days=40)) for _ in range(3)]
+    recent = trace_started_ago(timedelta(days=2))
+    stale_placeholder = trace_started_ago(timedelta(days=31), spans=0)
     Trace.objects.filter(pk=stale_placeholder.pk).update(started_at=None)
 
     out = StringIO()
@@ -337,16 +333,16 @@ def test_prune_traces_deletes_old_traces_with_their_spans_and_keeps_new_ones() -
 
 
 def test_prune_traces_takes_hours_seconds_and_the_retention_setting(settings: Any) -> None:
-    make_trace(timedelta(hours=13))
-    make_trace(timedelta(hours=1))
+    trace_started_ago(timedelta(hours=13))
+    trace_started_ago(timedelta(hours=1))
     call_command("prune_traces", "--older-than", "12h", stdout=StringIO())
     assert made().count() == 1
     call_command("prune_traces", "--older-than", "60", stdout=StringIO())
     assert made().count() == 0
 
     settings.AGENTSITE_TRACE_RETENTION_DAYS = 7
-    make_trace(timedelta(days=8))
-    make_trace(timedelta(days=6))
+    trace_started_ago(timedelta(days=8))
+    trace_started_ago(timedelta(days=6))
     call_command("prune_traces", stdout=StringIO())
     assert made().count() == 1
 
