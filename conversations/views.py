@@ -25,14 +25,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from approvals.models import AgentRun, RunStatus
 from conversations.forms import MessageForm, NewConversationForm, RenameForm
+from conversations.items import is_user_message
 from conversations.models import Conversation, SessionItem
-from conversations.rendering import (
-    HISTORY_ITEMS_SHOWN,
-    History,
-    build_history,
-    is_user_message,
-    latest_run,
-)
+from conversations.rendering import HISTORY_ITEMS_SHOWN, History, build_history, latest_run
 from conversations.session import UnreadableSessionItem, open_session
 from engine import registry, runs
 from engine.permissions import is_reviewer

@@ -48,6 +48,7 @@ from approvals.models import (
     RunStatus,
     arguments_hash,
 )
+from conversations.items import parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session
 from engine import events, executor, providers, registry
@@ -340,15 +341,6 @@ def _is_nested_agent(agent: Agent[Any], name: str) -> bool:
     return False
 
 
-def _parse_arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
-
-
 def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> _Outcome:
     state = result.to_state().to_json()
     run.trace_id = _trace_id(result) or run.trace_id
@@ -370,7 +362,7 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                     call_id=item.call_id or "",
                     agent_name=item.agent.name if item.agent else agent.name,
                     tool_name=item.tool_name or "",
-                    arguments=_parse_arguments(item.arguments),
+                    arguments=parse_arguments(item.arguments),
                     arguments_hash=arguments_hash(item.arguments),
                     origin=_origin(item, agent),
                     expires_at=expires_at,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from conversations.rendering import call_display, entries_for, render_markdown
+from conversations.items import call_display
+from conversations.rendering import entries_for, render_markdown
 
 
 def test_it_keeps_bold_lists_code_blocks_and_tables() -> None:
