@@ -17,6 +17,7 @@ import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
+from agentsite import formatting
 from approvals.models import (
     ACTIVE_STATUSES,
     AgentRun,
@@ -82,11 +83,6 @@ class Entry:
     pending: bool = False
 
 
-def _preview(text: str, limit: int = TOOL_OUTPUT_PREVIEW) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
-
-
 def _handoff_target(output: str) -> str | None:
     # The SDK answers a handoff call with {"assistant": "<agent name>"}.
     try:
@@ -124,11 +120,12 @@ def entries_for(items: Sequence[Any]) -> list[Entry]:
             if target is not None:
                 entries.append(Entry("handoff", text=target))
                 continue
+            shown = "" if output is None else formatting.preview(output, TOOL_OUTPUT_PREVIEW)
             entries.append(
                 Entry(
                     "tool",
                     text=session_items.call_display(name, item.get("arguments")),
-                    output=_preview(output) if output is not None else "",
+                    output=shown,
                     pending=output is None,
                 )
             )

@@ -38,6 +38,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from openai.types.responses import ResponseTextDeltaEvent
 
+from agentsite import formatting
 from agentsite.db.hops import db_hop
 from approvals.models import (
     AgentRun,
@@ -755,7 +756,7 @@ def expire_overdue() -> int:
     count = 0
     overdue = ApprovalRequest.objects.overdue().values_list("pk", "created", "expires_at")
     for request_id, created, expires_at in list(overdue):
-        waited = _duration(expires_at - created)
+        waited = formatting.span_in_words(expires_at - created)
         try:
             _decide(
                 request_id,
@@ -778,19 +779,6 @@ def expire_overdue() -> int:
 
 
 expire_overdue_async = db_hop(expire_overdue)
-
-
-def _duration(delta: timedelta) -> str:
-    seconds = max(int(delta.total_seconds()), 0)
-    if seconds >= 3600:
-        hours = seconds / 3600
-        return (
-            f"{hours:g} hour{'s' if hours != 1 else ''}"
-            if hours == int(hours)
-            else f"{hours:.1f} hours"
-        )
-    minutes = max(seconds // 60, 1)
-    return f"{minutes} minute{'s' if minutes != 1 else ''}"
 
 
 @dataclass

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from agentsite import formatting
 from approvals.admin import pretty_json
 from tracing.models import Span, Trace
 
@@ -24,10 +25,6 @@ class NoEditAdminMixin:
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f} s"
 
 
 class SpanInline(NoEditAdminMixin, admin.TabularInline):
@@ -49,7 +46,7 @@ class SpanInline(NoEditAdminMixin, admin.TabularInline):
 
     @admin.display(description="duration")
     def duration(self, span: Span) -> str:
-        return _seconds(span.duration_seconds)
+        return formatting.exact_seconds(span.duration_seconds)
 
     @admin.display(description="error", boolean=True)
     def failed(self, span: Span) -> bool:
@@ -104,7 +101,7 @@ class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="duration")
     def duration(self, trace: Trace) -> str:
-        return _seconds(trace.duration_seconds)
+        return formatting.exact_seconds(trace.duration_seconds)
 
     @admin.display(description="metadata")
     def pretty_metadata(self, trace: Trace) -> SafeString | str:
@@ -136,7 +133,7 @@ class SpanAdmin(NoEditAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="duration")
     def duration(self, span: Span) -> str:
-        return _seconds(span.duration_seconds)
+        return formatting.exact_seconds(span.duration_seconds)
 
     @admin.display(description="span data")
     def pretty_span_data(self, span: Span) -> SafeString | str:

@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header, urlencode
 from django.views.decorators.http import require_GET
 
+from agentsite import formatting
 from approvals.models import AgentRun
 from engine import events, permissions
 from tracing import tree as trees
@@ -97,7 +98,7 @@ class TraceRow:
 
     @property
     def duration(self) -> str:
-        return trees.format_duration(self.trace.duration_seconds)
+        return formatting.duration(self.trace.duration_seconds)
 
     @property
     def tokens(self) -> str:
@@ -269,11 +270,11 @@ def tree_context(trace: Trace) -> dict[str, Any]:
         "span_count": len(spans),
         "error_count": errors,
         "tokens": f"{trace.total_tokens:,}",
-        "duration": trees.format_duration(tree.duration_seconds),
+        "duration": formatting.duration(tree.duration_seconds),
         "ticks": [
             {
                 "percent": tick["percent"],
-                "label": trees.format_duration(tick["seconds"]) if tick["percent"] else "0",
+                "label": formatting.duration(tick["seconds"]) if tick["percent"] else "0",
             }
             for tick in tree.ticks()
         ],
@@ -468,8 +469,8 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
         "headline": headline,
         "facts": facts,
         "blocks": blocks,
-        "duration": trees.format_duration(span.duration_seconds),
-        "offset": trees.format_duration(offset) if offset is not None else "—",
+        "duration": formatting.duration(span.duration_seconds),
+        "offset": formatting.duration(offset) if offset is not None else "—",
         "started": _clock(span.started_at),
         "ended": _clock(span.ended_at),
         "error": pretty(span.error),
