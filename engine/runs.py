@@ -318,28 +318,10 @@ def _origin(item: ToolApprovalItem, starting_agent: Agent[Any]) -> str:
         return ApprovalOrigin.AGENT_AS_TOOL
     if item.agent is not None and item.agent.name != starting_agent.name:
         # Approvals inside an agent-as-tool carry that agent; anything else came after a handoff.
-        if _is_nested_agent(starting_agent, item.agent.name):
+        if registry.is_agent_as_tool(starting_agent, item.agent.name):
             return ApprovalOrigin.AGENT_AS_TOOL
         return ApprovalOrigin.HANDOFF
     return ApprovalOrigin.TOOL
-
-
-def _is_nested_agent(agent: Agent[Any], name: str) -> bool:
-    seen: set[str] = set()
-    stack = [agent]
-    while stack:
-        current = stack.pop()
-        if current.name in seen:
-            continue
-        seen.add(current.name)
-        for tool in current.tools:
-            inner = getattr(tool, "_agent_instance", None)
-            if isinstance(inner, Agent):
-                if inner.name == name:
-                    return True
-                stack.append(inner)
-        stack.extend(h for h in current.handoffs if isinstance(h, Agent))
-    return False
 
 
 def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> _Outcome:
