@@ -370,19 +370,7 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
         # The model reused a call id of this run: its calls could no longer be told apart.
         _fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)
         return _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.FAILED)])
-    for request in requests:
-        outcome.events.append(
-            events.ApprovalCreated(
-                request_id=request.pk,
-                run_id=run.pk,
-                conversation_id=run.conversation_id,
-                agent_name=request.agent_name,
-                tool_name=request.tool_name,
-                call=request.call_display(),
-                created=request.created,
-                expires_at=request.expires_at,
-            )
-        )
+    outcome.events.extend(events.ApprovalCreated.for_request(request) for request in requests)
     outcome.events.append(_run_updated(run.pk, run.conversation_id, RunStatus.WAITING))
     return outcome
 
