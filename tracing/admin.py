@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString
 
 from agentsite import formatting
 from approvals.admin import pretty_json
-from tracing.models import Span, Trace
+from tracing.models import SPAN_PLACE_FIELDS, Span, Trace
 
 
 class NoEditAdminMixin:
@@ -115,13 +115,7 @@ class SpanAdmin(NoEditAdminMixin, admin.ModelAdmin):
     list_select_related = ["trace"]
     search_fields = ["=span_id", "=trace__trace_id", "name"]
     fields = readonly_fields = (
-        "span_id",
-        "trace",
-        "parent_id",
-        "span_type",
-        "name",
-        "started_at",
-        "ended_at",
+        *SPAN_PLACE_FIELDS,
         "duration",
         "total_tokens",
         "pretty_span_data",

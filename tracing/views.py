@@ -29,7 +29,7 @@ from approvals.models import AgentRun
 from engine import events, permissions
 from tracing import tree as trees
 from tracing.forms import TraceFilterForm, make_cursor, registered_workflow
-from tracing.models import Span, Trace, status_for_run
+from tracing.models import SPAN_PLACE_FIELDS, Span, Trace, status_for_run
 from tracing.recording import DECISION_SPAN_NAME
 
 PAGE_SIZE = 50
@@ -38,17 +38,7 @@ OTHER_RUNS = 10
 PREVIEW_CHARS = 20_000
 
 # What a tree row shows; the span data, which can be large, is left in the database.
-TREE_FIELDS = (
-    "span_id",
-    "trace",
-    "parent_id",
-    "span_type",
-    "name",
-    "started_at",
-    "ended_at",
-    "error",
-    "total_tokens",
-)
+TREE_FIELDS = (*SPAN_PLACE_FIELDS, "error", "total_tokens")
 
 
 # --- access ---------------------------------------------------------------------------------
@@ -87,7 +77,9 @@ def _get_trace_for_viewer(request: HttpRequest, trace_id: str) -> Trace:
 
 
 @dataclass
-class TraceRow:
+class TraceListRow:
+    """A row of the trace list: a trace and how many spans it has."""
+
     trace: Trace
     span_count: int
 
@@ -107,7 +99,7 @@ class TraceRow:
 
 @dataclass
 class ListPage:
-    rows: list[TraceRow]
+    rows: list[TraceListRow]
     older: str = ""  # the cursor of the next, older page, if there is one
     newer: str = ""  # the cursor of the previous, newer page, if there is one
 
@@ -146,7 +138,7 @@ def list_page(
 
 def _page(traces: list[Trace], *, has_older: bool, has_newer: bool) -> ListPage:
     counts = span_counts(trace.trace_id for trace in traces)
-    rows = [TraceRow(trace, counts.get(trace.trace_id, 0)) for trace in traces]
+    rows = [TraceListRow(trace, counts.get(trace.trace_id, 0)) for trace in traces]
     page = ListPage(rows)
     if traces and has_older:
         last = traces[-1]
