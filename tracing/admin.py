@@ -6,28 +6,17 @@ meanwhile); a trace may be deleted, with its spans, by staff allowed to.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from agentsite import formatting
-from approvals.admin import pretty_json
+from agentsite.admin import NoEditAdminMixin, ReadOnlyAdminMixin, pretty_json
 from tracing.models import SPAN_PLACE_FIELDS, Span, Trace
 
 
-class NoEditAdminMixin:
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class SpanInline(NoEditAdminMixin, admin.TabularInline):
+class SpanInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = Span
     fields = ("span_link", "span_type", "name", "parent_id", "started_at", "duration", "failed")
     readonly_fields = fields
@@ -35,9 +24,6 @@ class SpanInline(NoEditAdminMixin, admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="span")
     def span_link(self, span: Span) -> SafeString:
@@ -109,7 +95,7 @@ class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Span)
-class SpanAdmin(NoEditAdminMixin, admin.ModelAdmin):
+class SpanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # a trace is deleted whole
     list_display = ["span_id", "span_type", "name", "trace", "started_at", "duration"]
     list_filter = ["span_type"]
     list_select_related = ["trace"]
@@ -121,9 +107,6 @@ class SpanAdmin(NoEditAdminMixin, admin.ModelAdmin):
         "pretty_span_data",
         "pretty_error",
     )
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # a trace is deleted whole
 
     @admin.display(description="duration")
     def duration(self, span: Span) -> str:
