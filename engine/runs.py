@@ -24,7 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents import Agent, Runner, RunResultStreaming
 from agents.items import ToolApprovalItem
@@ -52,9 +52,14 @@ from approvals.models import (
 from conversations.items import parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session
-from engine import events, executor, providers, registry
+from engine import events, executor, permissions, providers, registry
 from engine.executor import Job
 from tracing import recording
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser
+
+    from engine.permissions import User
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +94,9 @@ class RunFailure(Exception):
 # --- starting -------------------------------------------------------------------------------
 
 
-def start_run(conversation: Conversation, text: str, user: Any = None) -> AgentRun:
+def start_run(
+    conversation: Conversation, text: str, user: User | AnonymousUser | None = None
+) -> AgentRun:
     """Queue a run of the conversation's agent on `text`; it starts after commit.
 
     Raises:
@@ -110,7 +117,7 @@ def start_run(conversation: Conversation, text: str, user: Any = None) -> AgentR
         input=text,
         # Chosen here, so the run's trace can be linked before its first span arrives.
         trace_id=f"trace_{uuid.uuid4().hex}",
-        requested_by=user if getattr(user, "is_authenticated", False) else None,
+        requested_by=user if user is not None and user.is_authenticated else None,
     )
     run_id, conversation_id = run.pk, conversation.pk
     # After the caller's transaction commits (the chat view holds the conversation's lock),
@@ -604,7 +611,7 @@ def rejection_text(request: ApprovalRequest, decision: ApprovalDecision) -> str:
 
 def decide(
     request: ApprovalRequest | int,
-    reviewer: Any,
+    reviewer: User | AnonymousUser | None,
     approve: bool,
     *,
     message: str | None = None,
@@ -620,7 +627,7 @@ def decide(
         DecisionRefused: the reviewer may not decide, or the arguments changed since they
             were shown (`seen_hash`).
     """
-    if reviewer is None or not reviewer.has_perm("approvals.decide_approvalrequest"):
+    if not permissions.is_reviewer(reviewer):
         raise DecisionRefused("You are not allowed to approve or reject tool calls.")
     return _decide(request, reviewer, approve, message=message, always=always, seen_hash=seen_hash)
 
@@ -630,7 +637,7 @@ adecide = sync_to_async(decide)
 
 def _decide(
     request: ApprovalRequest | int,
-    reviewer: Any,
+    reviewer: User | None,
     approve: bool,
     *,
     message: str | None,
