@@ -40,9 +40,19 @@ KINDS = frozenset(
 )
 
 
+def is_decision(span_type: str, name: str) -> bool:
+    """Whether a span is a reviewer's decision (`tracing.recording` writes them)."""
+    return span_type == "custom" and name == DECISION_SPAN_NAME
+
+
+def truthy(value: Any) -> bool:
+    """A flag read from span data, which may store it as JSON, text or a number."""
+    return value in (True, 1, "1", "true", "True")
+
+
 def kind_class(span_type: str, name: str = "") -> str:
     """The CSS class suffix for a span type (user data never becomes a class name)."""
-    if span_type == "custom" and name == DECISION_SPAN_NAME:
+    if is_decision(span_type, name):
         return "decision"
     return span_type if span_type in KINDS else "other"
 
@@ -69,7 +79,7 @@ class Row:
 
     @property
     def is_decision(self) -> bool:
-        return self.span.span_type == "custom" and self.span.name == DECISION_SPAN_NAME
+        return is_decision(self.span.span_type, self.span.name)
 
     @property
     def kind(self) -> str:
@@ -78,7 +88,7 @@ class Row:
     @property
     def tripped(self) -> bool:
         """A guardrail that tripped (`tripped` is annotated by the view's query)."""
-        return getattr(self.span, "tripped", None) in (True, 1, "1", "true", "True")
+        return truthy(getattr(self.span, "tripped", None))
 
     @property
     def duration(self) -> str:

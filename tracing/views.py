@@ -369,10 +369,6 @@ def _usage_facts(usage: Any) -> list[dict[str, str]]:
     return facts
 
 
-def _truthy(value: Any) -> bool:
-    return value in (True, 1, "1", "true", "True")
-
-
 def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
     """What `_span_panel.html` shows for a span: common facts, then what its type carries."""
     data = span.span_data if isinstance(span.span_data, dict) else {}
@@ -381,7 +377,7 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
     facts: list[dict[str, str]] = []
     blocks: list[dict[str, Any]] = []
     headline = ""
-    is_decision = kind == "custom" and span.name == DECISION_SPAN_NAME
+    is_decision = trees.is_decision(kind, span.name)
 
     def block(title: str, value: Any, *, open: bool = True) -> None:
         text = pretty(value)
@@ -423,7 +419,7 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
             {"label": "To", "value": str(data.get("to_agent") or "—"), "tone": ""},
         ]
     elif kind == "guardrail":
-        tripped = _truthy(data.get("triggered"))
+        tripped = trees.truthy(data.get("triggered"))
         facts += [
             {"label": "Guardrail", "value": str(data.get("name") or "—"), "tone": "mono"},
             {
