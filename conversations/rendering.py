@@ -1,9 +1,10 @@
-"""How a conversation is shown: session items as chat entries, the latest run as a live block,
-and assistant Markdown made safe.
+"""How a conversation is shown: session items as chat entries (or as a reviewer's transcript),
+the latest run as a live block, and assistant Markdown made safe.
 
-The session (what the SDK stored) and the run rows are the truth; this module only reads them.
-The chat page, its history fragment and the websocket consumer all build what they show here,
-so a pushed fragment is exactly what a reload would render.
+The session (what the SDK stored) and the run rows are the truth; this module only reads them,
+through `conversations.items`. The chat page, its history fragment and the websocket consumer
+all build what they show here, so a pushed fragment is exactly what a reload would render; the
+inbox's request page builds its "conversation so far" here too.
 """
 
 from __future__ import annotations
