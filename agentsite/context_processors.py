@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 
 from engine import providers
-from engine.permissions import is_reviewer
+from engine.permissions import can_view_traces, is_reviewer
 
 
 def agentsite(request: HttpRequest) -> dict[str, Any]:
@@ -17,9 +17,5 @@ def agentsite(request: HttpRequest) -> dict[str, Any]:
         "model_provider": info,
         "offline_demo_model": info.offline,
         "is_reviewer": is_reviewer(user),
-        "can_view_traces": bool(
-            user
-            and user.is_authenticated
-            and (user.is_staff or user.has_perm("tracing.view_trace"))
-        ),
+        "can_view_traces": can_view_traces(user),
     }

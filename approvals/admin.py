@@ -9,9 +9,6 @@ same path as the inbox: one winning decision, events, and a resume after commit.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -19,28 +16,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from agentsite.admin import ReadOnlyAdminMixin, pretty_json
 from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest
 from engine import runs
-
-
-def pretty_json(value: Any) -> SafeString | str:
-    if value is None:
-        return "-"
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
-
-
-class ReadOnlyAdminMixin:
-    """Viewable by staff with the view permission; never added, changed or deleted here."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class ApprovalRequestInline(ReadOnlyAdminMixin, admin.TabularInline):

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from conversations import items
 from conversations.models import Conversation
 
 
@@ -194,14 +195,7 @@ class ApprovalRequest(models.Model):
 
     def call_display(self) -> str:
         """`cancel_order(order_id=42)`: how a person reads the call."""
-        if isinstance(self.arguments, dict):
-            args = ", ".join(
-                f"{key}={json.dumps(value, ensure_ascii=False)}"
-                for key, value in self.arguments.items()
-            )
-        else:
-            args = json.dumps(self.arguments, ensure_ascii=False)
-        return f"{self.tool_name}({args})"
+        return items.format_call(self.tool_name, self.arguments)
 
 
 class ApprovalDecision(models.Model):

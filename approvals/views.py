@@ -7,8 +7,6 @@ swaps fragments when it runs, plain forms redirect with a message when it does n
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -35,6 +33,7 @@ from approvals.forms import (
     InboxFilterForm,
 )
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
+from conversations.rendering import review_lines
 from conversations.session import open_session
 from engine import runs
 from engine.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
@@ -42,7 +41,6 @@ from engine.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
 PENDING_LIMIT = 100
 HISTORY_PAGE_SIZE = 50
 TRANSCRIPT_ITEMS = 60
-OUTPUT_PREVIEW_CHARS = 600
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -176,72 +174,6 @@ def inbox_rows(request: HttpRequest) -> HttpResponse:
 # --- one request ----------------------------------------------------------------------------
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            str(part.get("text") or part.get("refusal") or "")
-            for part in content
-            if isinstance(part, dict)
-        ]
-        return "\n".join(part for part in parts if part)
-    return ""
-
-
-def _call_text(name: str, arguments: Any) -> str:
-    try:
-        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
-        return f"{name}({arguments})"
-    if isinstance(parsed, dict):
-        args = ", ".join(
-            f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in parsed.items()
-        )
-        return f"{name}({args})"
-    return f"{name}({json.dumps(parsed, ensure_ascii=False)})"
-
-
-def transcript(items: Iterable[Any], call_id: str) -> list[dict[str, Any]]:
-    """Session items as lines a reviewer reads: who said what, which tool was called.
-
-    Text is returned raw; the template escapes it.
-    """
-    lines: list[dict[str, Any]] = []
-    names: dict[str, str] = {}
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type")
-        role = item.get("role")
-        if kind == "function_call":
-            name = str(item.get("name") or "tool")
-            names[str(item.get("call_id") or "")] = name
-            lines.append(
-                {
-                    "kind": "call",
-                    "text": _call_text(name, item.get("arguments")),
-                    "current": item.get("call_id") == call_id,
-                }
-            )
-        elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _text_of(output) or json.dumps(output)
-            lines.append(
-                {
-                    "kind": "output",
-                    "name": names.get(str(item.get("call_id") or ""), "tool"),
-                    "text": text[:OUTPUT_PREVIEW_CHARS],
-                    "truncated": len(text) > OUTPUT_PREVIEW_CHARS,
-                }
-            )
-        elif role in ("user", "assistant") and (kind in (None, "message")):
-            text = _text_of(item.get("content"))
-            if text:
-                lines.append({"kind": role, "text": text})
-    return lines
-
-
 def _latest_decision(approval: ApprovalRequest) -> ApprovalDecision | None:
     return approval.decisions.select_related("reviewer").order_by("-created", "-pk").first()
 
@@ -268,7 +200,7 @@ def _detail_context(approval: ApprovalRequest, form: DecisionForm | None = None)
     return {
         **panel_context(approval, form),
         "conversation": conversation,
-        "lines": transcript(items[-TRANSCRIPT_ITEMS:], approval.call_id),
+        "lines": review_lines(items[-TRANSCRIPT_ITEMS:], approval.call_id),
         "earlier": len(items) > TRANSCRIPT_ITEMS,
         "pending_count": pending_count(),
         "socket_query": urlencode({"show": "request", "request": str(approval.pk)}),

@@ -302,16 +302,7 @@ def push_row(config: Config, data: Data, reviewer: Any) -> Row:
         times: list[float] = []
         for _ in range(pushes):
             request = ApprovalRequest.objects.bulk_create([data.request()])[0]
-            event = events.ApprovalCreated(
-                request_id=request.pk,
-                run_id=request.run_id,
-                conversation_id=request.run.conversation_id,
-                agent_name=request.agent_name,
-                tool_name=request.tool_name,
-                call=request.call_display(),
-                created=request.created,
-                expires_at=request.expires_at,
-            )
+            event = events.ApprovalCreated.for_request(request)
             times.extend(arun(delivered(sockets, lambda e=event: events.publish([e]))))
         return times
 

@@ -1,18 +1,18 @@
 from __future__ import annotations
 
-import json
-
 from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
+from django.utils.safestring import SafeString
 
+from agentsite.admin import NoEditAdminMixin, pretty_json
 from conversations.models import Conversation, SessionItem
 
 
-class SessionItemInline(admin.TabularInline):
+class SessionItemInline(NoEditAdminMixin, admin.TabularInline):
     model = SessionItem
     fields = ("id", "kind", "pretty_payload", "created")
     readonly_fields = fields
@@ -21,20 +21,14 @@ class SessionItemInline(admin.TabularInline):
     can_delete = False
     show_change_link = False
 
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
     @admin.display(description="kind")
     def kind(self, item: SessionItem) -> str:
         return item.kind
 
     @admin.display(description="payload")
-    def pretty_payload(self, item: SessionItem) -> str:
-        text = json.dumps(item.payload, indent=2, ensure_ascii=False)
-        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+    def pretty_payload(self, item: SessionItem) -> SafeString | str:
+        # In the order the SDK wrote it: a message reads role, then content.
+        return pretty_json(item.payload, sort_keys=False)
 
 
 @admin.register(Conversation)

@@ -11,7 +11,7 @@ push names a block that it does not have.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -29,8 +29,11 @@ from conversations.rendering import (
 from conversations.session import open_session
 from engine import events
 
+if TYPE_CHECKING:
+    from engine.permissions import User
 
-def _owned_conversation(user: Any, session_id: str) -> tuple[int, str] | None:
+
+def _owned_conversation(user: User, session_id: str) -> tuple[int, str] | None:
     found = (
         Conversation.objects.owned_by(user)
         .filter(session_id=session_id)

@@ -1,15 +1,16 @@
-"""How a conversation is shown: session items as chat entries, the latest run as a live block,
-and assistant Markdown made safe.
+"""How a conversation is shown: session items as chat entries (or as a reviewer's transcript),
+the latest run as a live block, and assistant Markdown made safe.
 
-The session (what the SDK stored) and the run rows are the truth; this module only reads them.
-The chat page, its history fragment and the websocket consumer all build what they show here,
-so a pushed fragment is exactly what a reload would render.
+The session (what the SDK stored) and the run rows are the truth; this module only reads them,
+through `conversations.items`. The chat page, its history fragment and the websocket consumer
+all build what they show here, so a pushed fragment is exactly what a reload would render; the
+inbox's request page builds its "conversation so far" here too.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
+from agentsite import formatting
 from approvals.models import (
     ACTIVE_STATUSES,
     AgentRun,
@@ -24,6 +26,7 @@ from approvals.models import (
     ApprovalStatus,
     RunStatus,
 )
+from conversations import items as session_items
 from conversations.models import Conversation
 
 # --- Markdown ---------------------------------------------------------------------------------
@@ -81,53 +84,6 @@ class Entry:
     pending: bool = False
 
 
-def is_user_message(item: Any) -> bool:
-    return (
-        isinstance(item, dict)
-        and item.get("role") == "user"
-        and item.get("type", "message") == "message"
-    )
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict):
-                value = part.get("text", part.get("refusal", ""))
-                if isinstance(value, str):
-                    parts.append(value)
-            elif isinstance(part, str):
-                parts.append(part)
-        return "".join(parts)
-    return ""
-
-
-def user_text(item: Any) -> str:
-    return _content_text(item.get("content")) if isinstance(item, dict) else ""
-
-
-def _parse_arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return raw
-    return raw
-
-
-def call_display(name: str, arguments: Any) -> str:
-    """`lookup_order(order_id=7)`, written exactly as a reviewer sees a call."""
-    return ApprovalRequest(tool_name=name, arguments=_parse_arguments(arguments)).call_display()
-
-
-def _preview(text: str, limit: int = TOOL_OUTPUT_PREVIEW) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
-
-
 def _handoff_target(output: str) -> str | None:
     # The SDK answers a handoff call with {"assistant": "<agent name>"}.
     try:
@@ -147,34 +103,82 @@ def entries_for(items: Sequence[Any]) -> list[Entry]:
     """
     outputs: dict[str, str] = {}
     for item in items:
-        if isinstance(item, dict) and item.get("type") == "function_call_output":
-            outputs[str(item.get("call_id"))] = _content_text(item.get("output"))
+        if session_items.kind(item) == "output":
+            outputs[str(item.get("call_id"))] = session_items.content_text(item.get("output"))
     entries: list[Entry] = []
     for item in items:
-        if not isinstance(item, dict):
-            continue
-        if is_user_message(item):
-            entries.append(Entry("user", text=user_text(item)))
-        elif item.get("role") == "assistant" and item.get("type", "message") == "message":
-            text = _content_text(item.get("content"))
+        kind = session_items.kind(item)
+        if kind == "user":
+            entries.append(Entry("user", text=session_items.message_text(item)))
+        elif kind == "assistant":
+            text = session_items.message_text(item)
             if text.strip():
                 entries.append(Entry("assistant", text=text, html=render_markdown(text)))
-        elif item.get("type") == "function_call":
+        elif kind == "call":
             name = str(item.get("name") or "tool")
             output = outputs.get(str(item.get("call_id")))
             target = _handoff_target(output) if output is not None else None
             if target is not None:
                 entries.append(Entry("handoff", text=target))
                 continue
+            shown = "" if output is None else formatting.preview(output, TOOL_OUTPUT_PREVIEW)
             entries.append(
                 Entry(
                     "tool",
-                    text=call_display(name, item.get("arguments")),
-                    output=_preview(output) if output is not None else "",
+                    text=session_items.call_display(name, item.get("arguments")),
+                    output=shown,
                     pending=output is None,
                 )
             )
     return entries
+
+
+# --- Session items as a reviewer's transcript ------------------------------------------------
+
+# A reviewer reads more of a tool's output than the chat's one-line note shows.
+REVIEW_OUTPUT_CHARS = 600
+
+
+def review_lines(items: Iterable[Any], call_id: str) -> list[dict[str, Any]]:
+    """Session items as the lines of the inbox's "conversation so far": who said what, each
+    tool call (the one under review marked `current`) and, on a line of its own, its output.
+
+    Text is returned raw; the template escapes it.
+    """
+    lines: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for item in items:
+        kind = session_items.kind(item)
+        if kind == "call":
+            name = str(item.get("name") or "tool")
+            names[str(item.get("call_id") or "")] = name
+            lines.append(
+                {
+                    "kind": "call",
+                    "text": session_items.call_display(name, item.get("arguments")),
+                    "current": item.get("call_id") == call_id,
+                }
+            )
+        elif kind == "output":
+            output = item.get("output")
+            text = (
+                output
+                if isinstance(output, str)
+                else session_items.content_text(output, sep="\n") or json.dumps(output)
+            )
+            lines.append(
+                {
+                    "kind": "output",
+                    "name": names.get(str(item.get("call_id") or ""), "tool"),
+                    "text": text[:REVIEW_OUTPUT_CHARS],
+                    "truncated": len(text) > REVIEW_OUTPUT_CHARS,
+                }
+            )
+        elif kind in ("user", "assistant"):
+            text = session_items.message_text(item, sep="\n")
+            if text:
+                lines.append({"kind": kind, "text": text})
+    return lines
 
 
 # --- The latest run -------------------------------------------------------------------------
@@ -273,8 +277,9 @@ def _load(run: AgentRun | None) -> LoadedRun | None:
 def _split(items: Sequence[Any], run: AgentRun) -> int | None:
     """Where the run's turn starts in the items: its user message, the last one."""
     for index in range(len(items) - 1, -1, -1):
-        if is_user_message(items[index]):
-            return index if user_text(items[index]).strip() == run.input.strip() else None
+        if session_items.is_user_message(items[index]):
+            text = session_items.message_text(items[index])
+            return index if text.strip() == run.input.strip() else None
     return None
 
 

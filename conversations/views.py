@@ -20,19 +20,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from agentsite import formatting
 from approvals.models import AgentRun, RunStatus
 from conversations.forms import MessageForm, NewConversationForm, RenameForm
+from conversations.items import is_user_message
 from conversations.models import Conversation, SessionItem
-from conversations.rendering import (
-    HISTORY_ITEMS_SHOWN,
-    History,
-    build_history,
-    is_user_message,
-    latest_run,
-)
+from conversations.rendering import HISTORY_ITEMS_SHOWN, History, build_history, latest_run
 from conversations.session import UnreadableSessionItem, open_session
 from engine import registry, runs
 from engine.permissions import is_reviewer
@@ -82,11 +77,6 @@ def _history(conversation: Conversation) -> History:
     return history
 
 
-def _preview(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1].rstrip() + "…"
-
-
 def _display_title(conversation: Conversation, history: History | None = None) -> str:
     if conversation.title:
         return conversation.title
@@ -95,14 +85,8 @@ def _display_title(conversation: Conversation, history: History | None = None) -
         if not first and history.run is not None:
             first = history.run.user_text
         if first.strip():
-            return _preview(first)
+            return formatting.preview(first, PREVIEW_CHARS)
     return "New conversation"
-
-
-def _ago(when: Any) -> str:
-    if (timezone.now() - when).total_seconds() < 60:
-        return "just now"
-    return f"{timesince(when)} ago"
 
 
 def _busy_message(conversation: Conversation) -> str | None:
@@ -190,8 +174,8 @@ class _ChatRow:
         status = str(getattr(conversation, "latest_status", None) or "")
         return cls(
             conversation=conversation,
-            preview=_preview(text) if isinstance(text, str) else "",
-            activity=_ago(conversation.updated),
+            preview=formatting.preview(text, PREVIEW_CHARS) if isinstance(text, str) else "",
+            activity=formatting.ago(conversation.updated, detailed=True),
             status=status,
             state=LIST_STATES.get(status, ""),
         )

@@ -1,24 +1,16 @@
+"""The demo's orders, for staff. What the agents write (order events, sent emails) is an audit
+trail: not added or edited by hand."""
+
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
+
+from agentsite.admin import NoEditAdminMixin
 
 from .models import Order, OrderEvent, SentEmail
 
 
-class ReadOnlyAdminMixin:
-    """For records the agents write: an audit trail is not edited by hand."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class OrderEventInline(ReadOnlyAdminMixin, admin.TabularInline):
+class OrderEventInline(NoEditAdminMixin, admin.TabularInline):
     model = OrderEvent
     extra = 0
     can_delete = False
@@ -43,7 +35,7 @@ class OrderAdmin(admin.ModelAdmin):
 
 
 @admin.register(OrderEvent)
-class OrderEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class OrderEventAdmin(NoEditAdminMixin, admin.ModelAdmin):
     list_display = ["created", "order", "kind", "amount", "tool_call_id"]
     list_filter = ["kind"]
     search_fields = ["=order__number", "=tool_call_id"]
@@ -51,6 +43,6 @@ class OrderEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(SentEmail)
-class SentEmailAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class SentEmailAdmin(NoEditAdminMixin, admin.ModelAdmin):
     list_display = ["created", "to", "subject"]
     search_fields = ["to", "subject", "=tool_call_id"]

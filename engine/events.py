@@ -15,13 +15,16 @@ import logging
 import re
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from pydantic import BaseModel
 
 from engine import serverloop
+
+if TYPE_CHECKING:
+    from approvals.models import ApprovalRequest
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,20 @@ class ApprovalCreated(Event):
     call: str
     created: datetime
     expires_at: datetime
+
+    @classmethod
+    def for_request(cls, request: ApprovalRequest) -> ApprovalCreated:
+        """The event of a stored request (with its run loaded, for the conversation)."""
+        return cls(
+            request_id=request.pk,
+            run_id=request.run_id,
+            conversation_id=request.run.conversation_id,
+            agent_name=request.agent_name,
+            tool_name=request.tool_name,
+            call=request.call_display(),
+            created=request.created,
+            expires_at=request.expires_at,
+        )
 
     def groups(self) -> list[str]:
         return [INBOX_GROUP, conversation_group(self.conversation_id)]

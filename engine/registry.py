@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 # This module is `engine.registry`; absolute imports make `agents` the SDK, not this file.
@@ -94,6 +95,34 @@ def _import_agent(name: str, path: str) -> Agent[Any]:
     return agent
 
 
+def agents_as_tools(agent: Agent[Any]) -> list[Agent[Any]]:
+    """The agents that `agent` uses as tools (`Agent.as_tool`)."""
+    # The SDK keeps no public link from such a tool to its agent: this is the one place that
+    # reads its private attribute.
+    inner = (getattr(tool, "_agent_instance", None) for tool in agent.tools)
+    return [other for other in inner if isinstance(other, Agent)]
+
+
+def walk(agent: Agent[Any]) -> Iterator[Agent[Any]]:
+    """`agent` and every agent reachable from it through agents used as tools and handoffs,
+    depth first (an agent's tools before its handoffs), each name once."""
+    seen: set[str] = set()
+    stack = [agent]
+    while stack:
+        current = stack.pop()
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        yield current
+        nested = [*agents_as_tools(current), *(h for h in current.handoffs if isinstance(h, Agent))]
+        stack.extend(reversed(nested))
+
+
+def is_agent_as_tool(agent: Agent[Any], name: str) -> bool:
+    """Whether an agent named `name` is used as a tool anywhere in `agent`'s graph."""
+    return any(inner.name == name for current in walk(agent) for inner in agents_as_tools(current))
+
+
 def fingerprint(agent: Agent[Any]) -> str:
     """A hash of what a saved run depends on: the agent graph, not its wording.
 
@@ -102,8 +131,7 @@ def fingerprint(agent: Agent[Any]) -> str:
     a prompt must not strand the runs that wait for a reviewer, while changing a tool's
     schema or whether it needs approval must.
     """
-    graph: dict[str, Any] = {}
-    _describe(agent, graph)
+    graph = {current.name: _describe(current) for current in walk(agent)}
     canonical = json.dumps(graph, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -114,36 +142,24 @@ def _approval_setting(value: Any) -> Any:
     return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
 
 
-def _describe(agent: Agent[Any], graph: dict[str, Any]) -> None:
-    if agent.name in graph:
-        return
-    entry: dict[str, Any] = {"tools": [], "handoffs": []}
-    graph[agent.name] = entry
-    nested: list[Agent[Any]] = []
-    for tool in agent.tools:
-        entry["tools"].append(
-            {
-                "name": tool.name,
-                "type": type(tool).__name__,
-                "schema": getattr(tool, "params_json_schema", None),
-                "needs_approval": _approval_setting(getattr(tool, "needs_approval", False)),
-            }
-        )
-        inner = getattr(tool, "_agent_instance", None)
-        if isinstance(inner, Agent):
-            nested.append(inner)
-    for handoff in agent.handoffs:
-        if isinstance(handoff, Agent):
-            entry["handoffs"].append(handoff.name)
-            nested.append(handoff)
-        else:
-            entry["handoffs"].append(
-                {
-                    "agent": handoff.agent_name,
-                    "tool": handoff.tool_name,
-                    "schema": handoff.input_json_schema,
-                }
-            )
-    entry["tools"].sort(key=lambda t: t["name"])
-    for other in nested:
-        _describe(other, graph)
+def _describe(agent: Agent[Any]) -> dict[str, Any]:
+    tools = [
+        {
+            "name": tool.name,
+            "type": type(tool).__name__,
+            "schema": getattr(tool, "params_json_schema", None),
+            "needs_approval": _approval_setting(getattr(tool, "needs_approval", False)),
+        }
+        for tool in agent.tools
+    ]
+    handoffs: list[Any] = [
+        handoff.name
+        if isinstance(handoff, Agent)
+        else {
+            "agent": handoff.agent_name,
+            "tool": handoff.tool_name,
+            "schema": handoff.input_json_schema,
+        }
+        for handoff in agent.handoffs
+    ]
+    return {"tools": sorted(tools, key=lambda t: t["name"]), "handoffs": handoffs}

@@ -24,7 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents import Agent, Runner, RunResultStreaming
 from agents.items import ToolApprovalItem
@@ -38,6 +38,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from openai.types.responses import ResponseTextDeltaEvent
 
+from agentsite import formatting
 from agentsite.db.hops import db_hop
 from approvals.models import (
     AgentRun,
@@ -48,11 +49,17 @@ from approvals.models import (
     RunStatus,
     arguments_hash,
 )
+from conversations.items import parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session
-from engine import events, executor, providers, registry
+from engine import events, executor, permissions, providers, registry
 from engine.executor import Job
 from tracing import recording
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser
+
+    from engine.permissions import User
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +94,9 @@ class RunFailure(Exception):
 # --- starting -------------------------------------------------------------------------------
 
 
-def start_run(conversation: Conversation, text: str, user: Any = None) -> AgentRun:
+def start_run(
+    conversation: Conversation, text: str, user: User | AnonymousUser | None = None
+) -> AgentRun:
     """Queue a run of the conversation's agent on `text`; it starts after commit.
 
     Raises:
@@ -108,7 +117,7 @@ def start_run(conversation: Conversation, text: str, user: Any = None) -> AgentR
         input=text,
         # Chosen here, so the run's trace can be linked before its first span arrives.
         trace_id=f"trace_{uuid.uuid4().hex}",
-        requested_by=user if getattr(user, "is_authenticated", False) else None,
+        requested_by=user if user is not None and user.is_authenticated else None,
     )
     run_id, conversation_id = run.pk, conversation.pk
     # After the caller's transaction commits (the chat view holds the conversation's lock),
@@ -316,37 +325,10 @@ def _origin(item: ToolApprovalItem, starting_agent: Agent[Any]) -> str:
         return ApprovalOrigin.AGENT_AS_TOOL
     if item.agent is not None and item.agent.name != starting_agent.name:
         # Approvals inside an agent-as-tool carry that agent; anything else came after a handoff.
-        if _is_nested_agent(starting_agent, item.agent.name):
+        if registry.is_agent_as_tool(starting_agent, item.agent.name):
             return ApprovalOrigin.AGENT_AS_TOOL
         return ApprovalOrigin.HANDOFF
     return ApprovalOrigin.TOOL
-
-
-def _is_nested_agent(agent: Agent[Any], name: str) -> bool:
-    seen: set[str] = set()
-    stack = [agent]
-    while stack:
-        current = stack.pop()
-        if current.name in seen:
-            continue
-        seen.add(current.name)
-        for tool in current.tools:
-            inner = getattr(tool, "_agent_instance", None)
-            if isinstance(inner, Agent):
-                if inner.name == name:
-                    return True
-                stack.append(inner)
-        stack.extend(h for h in current.handoffs if isinstance(h, Agent))
-    return False
-
-
-def _parse_arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
 
 
 def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> _Outcome:
@@ -370,7 +352,7 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                     call_id=item.call_id or "",
                     agent_name=item.agent.name if item.agent else agent.name,
                     tool_name=item.tool_name or "",
-                    arguments=_parse_arguments(item.arguments),
+                    arguments=parse_arguments(item.arguments),
                     arguments_hash=arguments_hash(item.arguments),
                     origin=_origin(item, agent),
                     expires_at=expires_at,
@@ -395,19 +377,7 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
         # The model reused a call id of this run: its calls could no longer be told apart.
         _fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)
         return _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.FAILED)])
-    for request in requests:
-        outcome.events.append(
-            events.ApprovalCreated(
-                request_id=request.pk,
-                run_id=run.pk,
-                conversation_id=run.conversation_id,
-                agent_name=request.agent_name,
-                tool_name=request.tool_name,
-                call=request.call_display(),
-                created=request.created,
-                expires_at=request.expires_at,
-            )
-        )
+    outcome.events.extend(events.ApprovalCreated.for_request(request) for request in requests)
     outcome.events.append(_run_updated(run.pk, run.conversation_id, RunStatus.WAITING))
     return outcome
 
@@ -641,7 +611,7 @@ def rejection_text(request: ApprovalRequest, decision: ApprovalDecision) -> str:
 
 def decide(
     request: ApprovalRequest | int,
-    reviewer: Any,
+    reviewer: User | AnonymousUser | None,
     approve: bool,
     *,
     message: str | None = None,
@@ -657,7 +627,7 @@ def decide(
         DecisionRefused: the reviewer may not decide, or the arguments changed since they
             were shown (`seen_hash`).
     """
-    if reviewer is None or not reviewer.has_perm("approvals.decide_approvalrequest"):
+    if not permissions.is_reviewer(reviewer):
         raise DecisionRefused("You are not allowed to approve or reject tool calls.")
     return _decide(request, reviewer, approve, message=message, always=always, seen_hash=seen_hash)
 
@@ -667,7 +637,7 @@ adecide = sync_to_async(decide)
 
 def _decide(
     request: ApprovalRequest | int,
-    reviewer: Any,
+    reviewer: User | None,
     approve: bool,
     *,
     message: str | None,
@@ -763,7 +733,7 @@ def expire_overdue() -> int:
     count = 0
     overdue = ApprovalRequest.objects.overdue().values_list("pk", "created", "expires_at")
     for request_id, created, expires_at in list(overdue):
-        waited = _duration(expires_at - created)
+        waited = formatting.span_in_words(expires_at - created)
         try:
             _decide(
                 request_id,
@@ -786,19 +756,6 @@ def expire_overdue() -> int:
 
 
 expire_overdue_async = db_hop(expire_overdue)
-
-
-def _duration(delta: timedelta) -> str:
-    seconds = max(int(delta.total_seconds()), 0)
-    if seconds >= 3600:
-        hours = seconds / 3600
-        return (
-            f"{hours:g} hour{'s' if hours != 1 else ''}"
-            if hours == int(hours)
-            else f"{hours:.1f} hours"
-        )
-    minutes = max(seconds // 60, 1)
-    return f"{minutes} minute{'s' if minutes != 1 else ''}"
 
 
 @dataclass

@@ -44,20 +44,7 @@ async def open_socket(
 
 
 async def created(request: ApprovalRequest) -> None:
-    await events.publish(
-        [
-            events.ApprovalCreated(
-                request_id=request.pk,
-                run_id=request.run_id,
-                conversation_id=request.run.conversation_id,
-                agent_name=request.agent_name,
-                tool_name=request.tool_name,
-                call=request.call_display(),
-                created=request.created,
-                expires_at=request.expires_at,
-            )
-        ]
-    )
+    await events.publish([events.ApprovalCreated.for_request(request)])
 
 
 async def test_it_refuses_visitors_end_users_foreign_origins_and_bad_queries() -> None:

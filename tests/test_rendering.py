@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from conversations.rendering import call_display, entries_for, render_markdown
+from conversations.items import call_display
+from conversations.rendering import entries_for, render_markdown, review_lines
 
 
 def test_it_keeps_bold_lists_code_blocks_and_tables() -> None:
@@ -103,3 +104,50 @@ def test_it_turns_session_items_into_messages_and_tool_notes() -> None:
 def test_a_call_reads_as_a_reviewer_reads_it() -> None:
     assert call_display("cancel_order", '{"order_id": 42}') == "cancel_order(order_id=42)"
     assert call_display("send_email", {"to": "a@b.c"}) == 'send_email(to="a@b.c")'
+
+
+def test_a_call_reads_the_same_whatever_the_model_sent() -> None:
+    assert call_display("list_orders", "") == "list_orders()"  # blank: no arguments, as the SDK
+    assert call_display("list_orders", "{}") == "list_orders()"
+    assert call_display("lookup_order", "not json") == 'lookup_order("not json")'
+    assert call_display("add", "[1, 2]") == "add([1, 2])"
+
+
+def test_a_reviewer_reads_each_call_and_output_on_its_own_line() -> None:
+    items = [
+        {"role": "user", "content": "cancel order 42"},
+        {"type": "reasoning", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "lookup_order", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "x" * 700},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [
+                {"type": "output_text", "text": "First part."},
+                {"type": "output_text", "text": "Second part."},
+            ],
+        },
+        {"type": "function_call_output", "call_id": "c0", "output": {"ok": True}},
+        {
+            "type": "function_call",
+            "call_id": "c2",
+            "name": "cancel_order",
+            "arguments": '{"order_id": 42}',
+        },
+    ]
+    lines = review_lines(items, "c2")
+    assert [line["kind"] for line in lines] == [
+        "user", "call", "output", "assistant", "output", "call",
+    ]  # fmt: skip
+    assert lines[0]["text"] == "cancel order 42"
+    assert lines[1] == {"kind": "call", "text": "lookup_order()", "current": False}
+    assert lines[2]["name"] == "lookup_order"
+    assert lines[2]["text"] == "x" * 600 and lines[2]["truncated"]
+    assert lines[3]["text"] == "First part.\nSecond part."
+    assert lines[4] == {
+        "kind": "output",
+        "name": "tool",
+        "text": '{"ok": true}',
+        "truncated": False,
+    }
+    assert lines[5] == {"kind": "call", "text": "cancel_order(order_id=42)", "current": True}

@@ -6,31 +6,17 @@ meanwhile); a trace may be deleted, with its spans, by staff allowed to.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from approvals.admin import pretty_json
-from tracing.models import Span, Trace
+from agentsite import formatting
+from agentsite.admin import NoEditAdminMixin, ReadOnlyAdminMixin, pretty_json
+from tracing.models import SPAN_PLACE_FIELDS, Span, Trace
 
 
-class NoEditAdminMixin:
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f} s"
-
-
-class SpanInline(NoEditAdminMixin, admin.TabularInline):
+class SpanInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = Span
     fields = ("span_link", "span_type", "name", "parent_id", "started_at", "duration", "failed")
     readonly_fields = fields
@@ -39,9 +25,6 @@ class SpanInline(NoEditAdminMixin, admin.TabularInline):
     can_delete = False
     show_change_link = False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     @admin.display(description="span")
     def span_link(self, span: Span) -> SafeString:
         url = reverse("admin:tracing_span_change", args=[span.pk])
@@ -49,7 +32,7 @@ class SpanInline(NoEditAdminMixin, admin.TabularInline):
 
     @admin.display(description="duration")
     def duration(self, span: Span) -> str:
-        return _seconds(span.duration_seconds)
+        return formatting.exact_seconds(span.duration_seconds)
 
     @admin.display(description="error", boolean=True)
     def failed(self, span: Span) -> bool:
@@ -104,7 +87,7 @@ class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="duration")
     def duration(self, trace: Trace) -> str:
-        return _seconds(trace.duration_seconds)
+        return formatting.exact_seconds(trace.duration_seconds)
 
     @admin.display(description="metadata")
     def pretty_metadata(self, trace: Trace) -> SafeString | str:
@@ -112,31 +95,22 @@ class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Span)
-class SpanAdmin(NoEditAdminMixin, admin.ModelAdmin):
+class SpanAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # a trace is deleted whole
     list_display = ["span_id", "span_type", "name", "trace", "started_at", "duration"]
     list_filter = ["span_type"]
     list_select_related = ["trace"]
     search_fields = ["=span_id", "=trace__trace_id", "name"]
     fields = readonly_fields = (
-        "span_id",
-        "trace",
-        "parent_id",
-        "span_type",
-        "name",
-        "started_at",
-        "ended_at",
+        *SPAN_PLACE_FIELDS,
         "duration",
         "total_tokens",
         "pretty_span_data",
         "pretty_error",
     )
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # a trace is deleted whole
-
     @admin.display(description="duration")
     def duration(self, span: Span) -> str:
-        return _seconds(span.duration_seconds)
+        return formatting.exact_seconds(span.duration_seconds)
 
     @admin.display(description="span data")
     def pretty_span_data(self, span: Span) -> SafeString | str:

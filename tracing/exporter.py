@@ -54,7 +54,7 @@ from django.utils import timezone
 from approvals.models import AgentRun
 from engine import events
 from tracing import redaction
-from tracing.models import Span, Trace, TraceStatus
+from tracing.models import SPAN_FIELDS, Span, Trace, TraceStatus
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +84,8 @@ class ExportStats:
     dropped_items: int = 0
 
 
-class TraceRow(NamedTuple):
-    """A trace as the exporter stores it (its run is looked up when it is written)."""
+class TraceInsert(NamedTuple):
+    """A trace as the exporter writes it, upserted (its run is looked up when it is written)."""
 
     trace_id: str
     workflow_name: str
@@ -93,8 +93,8 @@ class TraceRow(NamedTuple):
     metadata: dict[str, Any]
 
 
-class SpanRow(NamedTuple):
-    """A span as the exporter stores it: `Span`'s fields, masked."""
+class SpanInsert(NamedTuple):
+    """A span as the exporter writes it, inserted: `Span`'s fields, masked."""
 
     span_id: str
     trace_id: str
@@ -110,9 +110,9 @@ class SpanRow(NamedTuple):
 
 @dataclass
 class _Batch:
-    traces: dict[str, TraceRow] = field(default_factory=dict)
+    traces: dict[str, TraceInsert] = field(default_factory=dict)
     run_ids: dict[str, int] = field(default_factory=dict)  # trace id -> metadata run_id
-    spans: dict[str, SpanRow] = field(default_factory=dict)
+    spans: dict[str, SpanInsert] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.traces) + len(self.spans)
@@ -317,7 +317,7 @@ def _time_adapter() -> Callable[[datetime | None], Any]:
     return adapt
 
 
-def _by_trace_id(trace: TraceRow) -> str:
+def _by_trace_id(trace: TraceInsert) -> str:
     return trace.trace_id
 
 
@@ -350,7 +350,7 @@ def _new_trace(
 
 
 # The fields the exporter writes, in the order of its rows: all of each model's own but the
-# primary key (a test holds them to the models).
+# primary key (a test holds them to the models); a span's are `SPAN_FIELDS`.
 TRACE_FIELDS = (
     "trace_id",
     "workflow_name",
@@ -366,18 +366,6 @@ TRACE_FIELDS = (
 )
 # What a trace delivered again updates (never its status, which the engine owns).
 TRACE_UPSERT_FIELDS = ("workflow_name", "group_id", "metadata", "run", "updated")
-SPAN_FIELDS = (
-    "span_id",
-    "trace",
-    "parent_id",
-    "span_type",
-    "name",
-    "started_at",
-    "ended_at",
-    "span_data",
-    "error",
-    "total_tokens",
-)
 
 
 @dataclass(frozen=True)
@@ -524,10 +512,10 @@ def _runs_of(cursor: CursorWrapper, trace_ids: set[str], run_ids: set[int]) -> _
 # --- from the SDK's dicts to rows -----------------------------------------------------------
 
 
-def trace_row(exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = None) -> TraceRow:
+def trace_row(exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = None) -> TraceInsert:
     clean = (cleaner or redaction.Cleaner()).clean
     metadata = clean(exported.get("metadata") or {})
-    return TraceRow(
+    return TraceInsert(
         trace_id=str(exported["id"]),
         workflow_name=str(clean(exported.get("workflow_name") or ""))[:255],
         group_id=str(exported.get("group_id") or "")[:255],
@@ -537,7 +525,7 @@ def trace_row(exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = N
 
 def span_row(
     exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = None, sensitive: bool = True
-) -> SpanRow:
+) -> SpanInsert:
     clean = (cleaner or redaction.Cleaner()).clean
     raw_data = exported.get("span_data") or {}
     kind, inner = span_kind(raw_data)
@@ -551,7 +539,7 @@ def span_row(
         raw_data = {**raw_data, "metadata": exported["metadata"]}
     data = clean(raw_data)
     error = exported.get("error")
-    return SpanRow(
+    return SpanInsert(
         span_id=str(exported["id"]),
         trace_id=str(exported["trace_id"]),
         parent_id=exported.get("parent_id") or None,

@@ -85,6 +85,20 @@ class Trace(models.Model):
         return (self.ended_at - self.started_at).total_seconds()
 
 
+# Where a span sits in its trace: the fields the tree, the admin and the exporter all start with.
+SPAN_PLACE_FIELDS = (
+    "span_id",
+    "trace",
+    "parent_id",
+    "span_type",
+    "name",
+    "started_at",
+    "ended_at",
+)
+# Every field of a span but its primary key, in the order the exporter writes them.
+SPAN_FIELDS = (*SPAN_PLACE_FIELDS, "span_data", "error", "total_tokens")
+
+
 class Span(models.Model):
     span_id = models.CharField(max_length=64, unique=True)
     # Keyed by the SDK's trace id, so the exporter writes spans without looking traces up.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from agentsite import formatting
 from tracing.recording import DECISION_SPAN_NAME
 
 # A trace shorter than this is drawn as if it lasted this long (no division by zero).
@@ -39,9 +40,19 @@ KINDS = frozenset(
 )
 
 
+def is_decision(span_type: str, name: str) -> bool:
+    """Whether a span is a reviewer's decision (`tracing.recording` writes them)."""
+    return span_type == "custom" and name == DECISION_SPAN_NAME
+
+
+def truthy(value: Any) -> bool:
+    """A flag read from span data, which may store it as JSON, text or a number."""
+    return value in (True, 1, "1", "true", "True")
+
+
 def kind_class(span_type: str, name: str = "") -> str:
     """The CSS class suffix for a span type (user data never becomes a class name)."""
-    if span_type == "custom" and name == DECISION_SPAN_NAME:
+    if is_decision(span_type, name):
         return "decision"
     return span_type if span_type in KINDS else "other"
 
@@ -68,7 +79,7 @@ class Row:
 
     @property
     def is_decision(self) -> bool:
-        return self.span.span_type == "custom" and self.span.name == DECISION_SPAN_NAME
+        return is_decision(self.span.span_type, self.span.name)
 
     @property
     def kind(self) -> str:
@@ -77,11 +88,11 @@ class Row:
     @property
     def tripped(self) -> bool:
         """A guardrail that tripped (`tripped` is annotated by the view's query)."""
-        return getattr(self.span, "tripped", None) in (True, 1, "1", "true", "True")
+        return truthy(getattr(self.span, "tripped", None))
 
     @property
     def duration(self) -> str:
-        return format_duration(self.span.duration_seconds)
+        return formatting.duration(self.span.duration_seconds)
 
     @property
     def bar_style(self) -> str:
@@ -206,28 +217,3 @@ def _place(tree: Tree) -> None:
         row.offset = round(100 * ((begun - start) / total), 3)
         row.width = round(100 * (max(ended - begun, timedelta(0)) / total), 3)
         row.width = min(row.width, max(0.0, 100 - row.offset))
-
-
-def format_duration(seconds: float | None) -> str:
-    """A duration as people read it: 0.4 ms, 85 ms, 1.24 s, 2 min 05 s, 3 h 12 min."""
-    if seconds is None:
-        return "—"
-    if seconds < 0:
-        seconds = 0.0
-    if seconds < 0.001:
-        return f"{seconds * 1000:.2f} ms"
-    if seconds < 0.01:
-        return f"{seconds * 1000:.1f} ms"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 10:
-        return f"{seconds:.2f} s"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        minutes, rest = divmod(int(round(seconds)), 60)
-        return f"{minutes} min {rest:02d} s"
-    hours, rest = divmod(int(round(seconds)), 3600)
-    if hours < 48:
-        return f"{hours} h {rest // 60:02d} min"
-    return f"{hours // 24} days"

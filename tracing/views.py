@@ -24,11 +24,12 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header, urlencode
 from django.views.decorators.http import require_GET
 
+from agentsite import formatting
 from approvals.models import AgentRun
 from engine import events, permissions
 from tracing import tree as trees
 from tracing.forms import TraceFilterForm, make_cursor, registered_workflow
-from tracing.models import Span, Trace, status_for_run
+from tracing.models import SPAN_PLACE_FIELDS, Span, Trace, status_for_run
 from tracing.recording import DECISION_SPAN_NAME
 
 PAGE_SIZE = 50
@@ -37,17 +38,7 @@ OTHER_RUNS = 10
 PREVIEW_CHARS = 20_000
 
 # What a tree row shows; the span data, which can be large, is left in the database.
-TREE_FIELDS = (
-    "span_id",
-    "trace",
-    "parent_id",
-    "span_type",
-    "name",
-    "started_at",
-    "ended_at",
-    "error",
-    "total_tokens",
-)
+TREE_FIELDS = (*SPAN_PLACE_FIELDS, "error", "total_tokens")
 
 
 # --- access ---------------------------------------------------------------------------------
@@ -86,7 +77,9 @@ def _get_trace_for_viewer(request: HttpRequest, trace_id: str) -> Trace:
 
 
 @dataclass
-class TraceRow:
+class TraceListRow:
+    """A row of the trace list: a trace and how many spans it has."""
+
     trace: Trace
     span_count: int
 
@@ -97,7 +90,7 @@ class TraceRow:
 
     @property
     def duration(self) -> str:
-        return trees.format_duration(self.trace.duration_seconds)
+        return formatting.duration(self.trace.duration_seconds)
 
     @property
     def tokens(self) -> str:
@@ -106,7 +99,7 @@ class TraceRow:
 
 @dataclass
 class ListPage:
-    rows: list[TraceRow]
+    rows: list[TraceListRow]
     older: str = ""  # the cursor of the next, older page, if there is one
     newer: str = ""  # the cursor of the previous, newer page, if there is one
 
@@ -145,7 +138,7 @@ def list_page(
 
 def _page(traces: list[Trace], *, has_older: bool, has_newer: bool) -> ListPage:
     counts = span_counts(trace.trace_id for trace in traces)
-    rows = [TraceRow(trace, counts.get(trace.trace_id, 0)) for trace in traces]
+    rows = [TraceListRow(trace, counts.get(trace.trace_id, 0)) for trace in traces]
     page = ListPage(rows)
     if traces and has_older:
         last = traces[-1]
@@ -269,11 +262,11 @@ def tree_context(trace: Trace) -> dict[str, Any]:
         "span_count": len(spans),
         "error_count": errors,
         "tokens": f"{trace.total_tokens:,}",
-        "duration": trees.format_duration(tree.duration_seconds),
+        "duration": formatting.duration(tree.duration_seconds),
         "ticks": [
             {
                 "percent": tick["percent"],
-                "label": trees.format_duration(tick["seconds"]) if tick["percent"] else "0",
+                "label": formatting.duration(tick["seconds"]) if tick["percent"] else "0",
             }
             for tick in tree.ticks()
         ],
@@ -376,10 +369,6 @@ def _usage_facts(usage: Any) -> list[dict[str, str]]:
     return facts
 
 
-def _truthy(value: Any) -> bool:
-    return value in (True, 1, "1", "true", "True")
-
-
 def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
     """What `_span_panel.html` shows for a span: common facts, then what its type carries."""
     data = span.span_data if isinstance(span.span_data, dict) else {}
@@ -388,7 +377,7 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
     facts: list[dict[str, str]] = []
     blocks: list[dict[str, Any]] = []
     headline = ""
-    is_decision = kind == "custom" and span.name == DECISION_SPAN_NAME
+    is_decision = trees.is_decision(kind, span.name)
 
     def block(title: str, value: Any, *, open: bool = True) -> None:
         text = pretty(value)
@@ -430,7 +419,7 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
             {"label": "To", "value": str(data.get("to_agent") or "—"), "tone": ""},
         ]
     elif kind == "guardrail":
-        tripped = _truthy(data.get("triggered"))
+        tripped = trees.truthy(data.get("triggered"))
         facts += [
             {"label": "Guardrail", "value": str(data.get("name") or "—"), "tone": "mono"},
             {
@@ -468,8 +457,8 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
         "headline": headline,
         "facts": facts,
         "blocks": blocks,
-        "duration": trees.format_duration(span.duration_seconds),
-        "offset": trees.format_duration(offset) if offset is not None else "—",
+        "duration": formatting.duration(span.duration_seconds),
+        "offset": formatting.duration(offset) if offset is not None else "—",
         "started": _clock(span.started_at),
         "ended": _clock(span.ended_at),
         "error": pretty(span.error),

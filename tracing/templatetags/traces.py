@@ -14,14 +14,15 @@ from urllib.parse import quote
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
-from tracing.tree import Row, Tree, format_duration
+from agentsite import formatting
+from tracing.tree import Row, Tree
 
 register = template.Library()
 
 
 @register.filter
 def duration(seconds: float | None) -> str:
-    return format_duration(seconds)
+    return formatting.duration(seconds)
 
 
 @register.simple_tag

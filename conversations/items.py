@@ -1,0 +1,83 @@
+"""Session items as people read them: the one place that reads what the SDK stores.
+
+The SDK stores Responses-API input dicts (a message, a tool call, its output, ...); see
+`conversations.session`. The chat page, the inbox's request page, the approval requests and
+the run engine read them here, so a call or a message reads the same wherever it is shown.
+Nothing here imports the project: models, the engine and the views may all use it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def kind(item: Any) -> str:
+    """What a session item is for people: "user" or "assistant" (a message of that role),
+    "call" (a tool call), "output" (a tool call's output), or "" (anything people don't read:
+    reasoning, system messages, ...)."""
+    if not isinstance(item, dict):
+        return ""
+    item_type = item.get("type")
+    if item_type == "function_call":
+        return "call"
+    if item_type == "function_call_output":
+        return "output"
+    role = item.get("role")
+    if role in ("user", "assistant") and item_type in (None, "message"):
+        return str(role)
+    return ""
+
+
+def is_user_message(item: Any) -> bool:
+    return kind(item) == "user"
+
+
+def content_text(content: Any, sep: str = "") -> str:
+    """The text of a message's (or a tool output's) content: a string, or the text (or
+    refusal) of each of its parts, joined with `sep`."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                value = part.get("text", part.get("refusal", ""))
+                if isinstance(value, str) and value:
+                    parts.append(value)
+            elif isinstance(part, str) and part:
+                parts.append(part)
+        return sep.join(parts)
+    return ""
+
+
+def message_text(item: Any, sep: str = "") -> str:
+    """The text of a message item; "" for anything else."""
+    return content_text(item.get("content"), sep) if isinstance(item, dict) else ""
+
+
+def parse_arguments(raw: Any) -> Any:
+    """A tool call's arguments as the tool receives them: the JSON the model sent, parsed
+    (blank text is no arguments, as the SDK reads it); text that is not JSON stays text."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return raw
+    return raw
+
+
+def format_call(name: str, arguments: Any) -> str:
+    """`cancel_order(order_id=42)`: how a person reads a call, from its parsed arguments."""
+    if isinstance(arguments, dict):
+        args = ", ".join(
+            f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in arguments.items()
+        )
+    else:
+        args = json.dumps(arguments, ensure_ascii=False)
+    return f"{name}({args})"
+
+
+def call_display(name: str, arguments: Any) -> str:
+    """`format_call` of a call item's arguments, as the model sent them (JSON text)."""
+    return format_call(name, parse_arguments(arguments))
