@@ -16,8 +16,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agentsite.admin import ReadOnlyAdminMixin, pretty_json
 from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest
+from common.admin import ReadOnlyAdminMixin, pretty_json
 from engine import runs
 
 

@@ -8,7 +8,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from agentsite.admin import NoEditAdminMixin, pretty_json
+from common.admin import NoEditAdminMixin, pretty_json
 from conversations.models import Conversation, SessionItem
 
 

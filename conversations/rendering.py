@@ -18,7 +18,6 @@ import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
-from agentsite import formatting
 from approvals.models import (
     ACTIVE_STATUSES,
     AgentRun,
@@ -26,6 +25,7 @@ from approvals.models import (
     ApprovalStatus,
     RunStatus,
 )
+from common import formatting
 from conversations import items as session_items
 from conversations.models import Conversation
 

@@ -22,8 +22,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agentsite import formatting
 from approvals.models import AgentRun, RunStatus
+from common import formatting
 from conversations.forms import MessageForm, NewConversationForm, RenameForm
 from conversations.items import is_user_message
 from conversations.models import Conversation, SessionItem

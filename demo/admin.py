@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from agentsite.admin import NoEditAdminMixin
+from common.admin import NoEditAdminMixin
 
 from .models import Order, OrderEvent, SentEmail
 

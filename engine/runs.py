@@ -38,7 +38,6 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from openai.types.responses import ResponseTextDeltaEvent
 
-from agentsite import formatting
 from agentsite.db.hops import db_hop
 from approvals.models import (
     AgentRun,
@@ -49,6 +48,7 @@ from approvals.models import (
     RunStatus,
     arguments_hash,
 )
+from common import formatting
 from conversations.items import parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session

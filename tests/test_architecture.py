@@ -14,7 +14,7 @@ import pytest
 from agents import Agent
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agentsite", "engine", "conversations", "approvals", "tracing", "demo")
+PACKAGES = ("agentsite", "common", "engine", "conversations", "approvals", "tracing", "demo")
 
 # The one agent of a deployment without the demo (tests/settings_without_demo.py).
 PLAIN_AGENT = Agent(name="Plain", instructions="Answer briefly.")
@@ -125,8 +125,14 @@ def test_it_sees_a_cycle_through_a_lazy_import(tmp_path: Path) -> None:
 
 
 # The floors of docs/architecture.md. An import goes down a floor or stays on its own.
-PLUMBING = ("agentsite.db", "engine.serverloop", "engine.events")
-STORAGE = ("conversations.session", "tracing.exporter", "tracing.recording", "tracing.redaction")
+PLUMBING = ("agentsite.db", "common", "engine.serverloop", "engine.events")
+STORAGE = (
+    "conversations.items",
+    "conversations.session",
+    "tracing.exporter",
+    "tracing.recording",
+    "tracing.redaction",
+)
 
 
 def floor(module: str) -> int:
@@ -156,6 +162,11 @@ def test_it_sees_an_import_up_the_floors() -> None:
 
 def test_the_executor_knows_nothing_of_the_engine(graph: dict[str, set[str]]) -> None:
     assert graph["engine.executor"] <= {"engine", "engine.serverloop"}
+
+
+def test_common_imports_nothing_of_ours(graph: dict[str, set[str]]) -> None:
+    leaves = {m: t - {"common"} for m, t in graph.items() if m.startswith("common")}
+    assert leaves and all(targets == set() for targets in leaves.values()), leaves
 
 
 def test_no_product_module_imports_the_demo(graph: dict[str, set[str]]) -> None:

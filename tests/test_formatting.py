@@ -1,4 +1,4 @@
-"""Times and text as the site writes them (agentsite/formatting.py), each way written once."""
+"""Times and text as the site writes them (common/formatting.py), each way written once."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from agentsite import formatting
+from common import formatting
 
 
 def test_it_says_how_long_ago_in_short_or_in_detail() -> None:

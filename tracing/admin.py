@@ -11,8 +11,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agentsite import formatting
-from agentsite.admin import NoEditAdminMixin, ReadOnlyAdminMixin, pretty_json
+from common import formatting
+from common.admin import NoEditAdminMixin, ReadOnlyAdminMixin, pretty_json
 from tracing.models import SPAN_PLACE_FIELDS, Span, Trace
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from agentsite import formatting
+from common import formatting
 from tracing.recording import DECISION_SPAN_NAME
 
 # A trace shorter than this is drawn as if it lasted this long (no division by zero).

@@ -24,8 +24,8 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header, urlencode
 from django.views.decorators.http import require_GET
 
-from agentsite import formatting
 from approvals.models import AgentRun
+from common import formatting
 from engine import events, permissions
 from tracing import tree as trees
 from tracing.forms import TraceFilterForm, make_cursor, registered_workflow

@@ -7,7 +7,7 @@ from datetime import datetime
 from django import template
 from django.utils import timezone
 
-from agentsite import formatting
+from common import formatting
 
 register = template.Library()
 

@@ -14,7 +14,7 @@ from urllib.parse import quote
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
-from agentsite import formatting
+from common import formatting
 from tracing.tree import Row, Tree
 
 register = template.Library()

@@ -1,0 +1,1 @@
+"""Leaf helpers every floor may use; they import nothing of agentsite's own."""
