@@ -85,7 +85,7 @@ def render_row(approval: ApprovalRequest, **context: Any) -> str:
     token in a header (`hx-headers` on <body>).
     """
     return render_to_string(
-        "approvals/_approval_row.html", {"approval": approval, **context}, request=None
+        "approvals/inbox.html#row", {"approval": approval, **context}, request=None
     )
 
 
@@ -170,7 +170,7 @@ def inbox_rows(request: HttpRequest) -> HttpResponse:
         "pending_count": pending_count(),
         "back": inbox_url(query),
     }
-    return render(request, "approvals/_rows.html", context)
+    return render(request, "approvals/inbox.html#rows-refresh", context)
 
 
 # --- one request ----------------------------------------------------------------------------
@@ -247,7 +247,8 @@ def _latest_decision(approval: ApprovalRequest) -> ApprovalDecision | None:
 
 
 def panel_context(approval: ApprovalRequest, form: DecisionForm | None = None) -> dict[str, Any]:
-    """What `_decision_panel.html` needs, for the page, a decision and a push alike."""
+    """What the decision panel (`request_detail.html#decision-panel`) needs, for the page, a
+    decision and a push alike."""
     decision = None if approval.is_pending else _latest_decision(approval)
     next_request = None
     if not approval.is_pending:
@@ -348,9 +349,9 @@ def _decision_fragment(
         if form is not None:
             context.update(notice=_errors_text(form), ok=False)
         context.update(approval=approval, back=inbox_url())
-        return render(request, "approvals/_row_response.html", context)
+        return render(request, "approvals/inbox.html#row-decided", context)
     context.update(panel_context(approval, form))
-    return render(request, "approvals/_panel_response.html", context)
+    return render(request, "approvals/request_detail.html#decision-response", context)
 
 
 @require_POST
@@ -365,7 +366,7 @@ def bulk_decide(request: HtmxHttpRequest) -> HttpResponse:
         if request.htmx:
             context = {"outcomes": [], "summary": errors, "ok": False}
             context["pending_count"] = pending_count()
-            return render(request, "approvals/_bulk_result.html", context)
+            return render(request, "approvals/inbox.html#bulk-result", context)
         messages.error(request, errors)
         return HttpResponseRedirect(back)
 
@@ -405,7 +406,7 @@ def bulk_decide(request: HtmxHttpRequest) -> HttpResponse:
             "pending_count": pending_count(),
             "back": back,
         }
-        return render(request, "approvals/_bulk_result.html", context)
+        return render(request, "approvals/inbox.html#bulk-result", context)
     if decided:
         messages.success(request, summary)
     for outcome in refused:

@@ -227,7 +227,7 @@ def chat_history(request: HttpRequest, session_id: str) -> HttpResponse:
     conversation = _get_conversation_for_user(request, session_id)
     return render(
         request,
-        "conversations/_messages.html",
+        "conversations/chat.html#messages",
         {"conversation": conversation, "history": _history(conversation)},
     )
 
@@ -271,13 +271,13 @@ def chat_send(request: HttpRequest, session_id: str) -> HttpResponse:
         if form.errors:
             return render(
                 request,
-                "conversations/_composer.html",
+                "conversations/chat.html#composer",
                 {"conversation": conversation, "form": form},
             )
         # The run's block arrives over the socket (or with the next re-sync).
         return render(
             request,
-            "conversations/_composer.html",
+            "conversations/chat.html#composer",
             {"conversation": conversation, "form": MessageForm(), "autofocus": True},
         )
     if form.errors:

@@ -259,7 +259,7 @@ def other_runs(trace: Trace) -> list[Trace]:
 
 
 def tree_context(trace: Trace) -> dict[str, Any]:
-    """What `_tree.html` and `_summary.html` need, for the page and its refreshes."""
+    """What the page's `tree` and `summary` partials need, for the page and its refreshes."""
     spans = list(tree_spans(trace))
     tree = trees.build(spans)
     errors = sum(1 for span in spans if span.error is not None)
@@ -310,7 +310,7 @@ def trace_tree(request: HttpRequest, trace_id: str) -> HttpResponse:
     """The tree and waterfall alone (with the summary), re-read on every socket (re)connect
     and whenever the exporter stored more of the trace."""
     trace = _get_trace_for_viewer(request, trace_id)
-    return render(request, "tracing/_tree_response.html", tree_context(trace))
+    return render(request, "tracing/trace_detail.html#tree-refresh", tree_context(trace))
 
 
 @require_GET
@@ -323,7 +323,7 @@ def span_detail(request: HttpRequest, trace_id: str, span_id: str) -> HttpRespon
     htmx = getattr(request, "htmx", None)
     if htmx and not htmx.history_restore_request:
         context = {"panel": span_panel_context(trace, span)}
-        return render(request, "tracing/_span_panel.html", context)
+        return render(request, "tracing/trace_detail.html#span-panel", context)
     return render(request, "tracing/trace_detail.html", _page_context(trace, selected=span))
 
 
@@ -381,7 +381,8 @@ def _truthy(value: Any) -> bool:
 
 
 def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
-    """What `_span_panel.html` shows for a span: common facts, then what its type carries."""
+    """What `trace_detail.html#span-panel` shows for a span: common facts, then what its
+    type carries."""
     data = span.span_data if isinstance(span.span_data, dict) else {}
     inner = span.data
     kind = span.span_type
