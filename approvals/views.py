@@ -26,7 +26,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.middleware import HtmxDetails
 
 from approvals.forms import (
     BulkDecisionForm,
@@ -37,16 +36,13 @@ from approvals.forms import (
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from conversations.session import open_session
 from engine import runs
+from engine.http import HtmxHttpRequest
 from engine.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
 
 PENDING_LIMIT = 100
 HISTORY_PAGE_SIZE = 50
 TRANSCRIPT_ITEMS = 60
 OUTPUT_PREVIEW_CHARS = 600
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 # --- queries, shared with the consumer ------------------------------------------------------

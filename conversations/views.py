@@ -35,6 +35,7 @@ from conversations.rendering import (
 )
 from conversations.session import UnreadableSessionItem, open_session
 from engine import registry, runs
+from engine.http import HtmxHttpRequest
 from engine.permissions import is_reviewer
 
 # A conversation takes one message at a time: its agent is working or waits for a reviewer.
@@ -238,7 +239,7 @@ class _Busy(Exception):
 
 @login_required
 @require_POST
-def chat_send(request: HttpRequest, session_id: str) -> HttpResponse:
+def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Start a run on the message. Refused, with the text kept, when it is empty or too long,
     or while the conversation's last run is still going."""
     conversation = _get_conversation_for_user(request, session_id)
@@ -267,7 +268,7 @@ def chat_send(request: HttpRequest, session_id: str) -> HttpResponse:
                 f"The agent of this conversation ({conversation.agent_name}) is no longer "
                 "available. Start a new conversation.",
             )
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         if form.errors:
             return render(
                 request,

@@ -26,6 +26,7 @@ from django.views.decorators.http import require_GET
 
 from approvals.models import AgentRun
 from engine import events, permissions
+from engine.http import HtmxHttpRequest
 from tracing import tree as trees
 from tracing.forms import TraceFilterForm, make_cursor, registered_workflow
 from tracing.models import Span, Trace, status_for_run
@@ -316,12 +317,11 @@ def trace_tree(request: HttpRequest, trace_id: str) -> HttpResponse:
 @require_GET
 @login_required
 @trace_viewer_required
-def span_detail(request: HttpRequest, trace_id: str, span_id: str) -> HttpResponse:
+def span_detail(request: HtmxHttpRequest, trace_id: str, span_id: str) -> HttpResponse:
     """One span's details: the panel alone for htmx, else the trace page with it open."""
     trace = _get_trace_for_viewer(request, trace_id)
     span = get_object_or_404(Span, trace_id=trace.trace_id, span_id=span_id)
-    htmx = getattr(request, "htmx", None)
-    if htmx and not htmx.history_restore_request:
+    if request.htmx and not request.htmx.history_restore_request:
         context = {"panel": span_panel_context(trace, span)}
         return render(request, "tracing/trace_detail.html#span-panel", context)
     return render(request, "tracing/trace_detail.html", _page_context(trace, selected=span))
