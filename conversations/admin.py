@@ -34,7 +34,7 @@ class SessionItemInline(admin.TabularInline):
     @admin.display(description="payload")
     def pretty_payload(self, item: SessionItem) -> str:
         text = json.dumps(item.payload, indent=2, ensure_ascii=False)
-        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+        return format_html('<pre class="pretty-json">{}</pre>', text)
 
 
 @admin.register(Conversation)
