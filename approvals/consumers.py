@@ -147,7 +147,7 @@ def _render_panel(request_id: int) -> str:
     if approval is None:
         return _badge()
     context = {**views.panel_context(approval), "oob": True}
-    return render_to_string("approvals/_decision_panel.html", context) + _badge()
+    return render_to_string("approvals/request_detail.html#decision-panel", context) + _badge()
 
 
 class InboxConsumer(AsyncWebsocketConsumer):

@@ -24,7 +24,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.middleware import HtmxDetails
 
 from approvals.forms import (
     BulkDecisionForm,
@@ -33,6 +32,7 @@ from approvals.forms import (
     InboxFilterForm,
 )
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
+from common.http import HtmxHttpRequest
 from conversations.rendering import review_lines
 from conversations.session import open_session
 from engine import runs
@@ -41,10 +41,6 @@ from engine.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
 PENDING_LIMIT = 100
 HISTORY_PAGE_SIZE = 50
 TRANSCRIPT_ITEMS = 60
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 # --- queries, shared with the consumer ------------------------------------------------------
@@ -83,7 +79,7 @@ def render_row(approval: ApprovalRequest, **context: Any) -> str:
     token in a header (`hx-headers` on <body>).
     """
     return render_to_string(
-        "approvals/_approval_row.html", {"approval": approval, **context}, request=None
+        "approvals/inbox.html#row", {"approval": approval, **context}, request=None
     )
 
 
@@ -168,7 +164,7 @@ def inbox_rows(request: HttpRequest) -> HttpResponse:
         "pending_count": pending_count(),
         "back": inbox_url(query),
     }
-    return render(request, "approvals/_rows.html", context)
+    return render(request, "approvals/inbox.html#rows-refresh", context)
 
 
 # --- one request ----------------------------------------------------------------------------
@@ -179,7 +175,8 @@ def _latest_decision(approval: ApprovalRequest) -> ApprovalDecision | None:
 
 
 def panel_context(approval: ApprovalRequest, form: DecisionForm | None = None) -> dict[str, Any]:
-    """What `_decision_panel.html` needs, for the page, a decision and a push alike."""
+    """What the decision panel (`request_detail.html#decision-panel`) needs, for the page, a
+    decision and a push alike."""
     decision = None if approval.is_pending else _latest_decision(approval)
     next_request = None
     if not approval.is_pending:
@@ -280,9 +277,9 @@ def _decision_fragment(
         if form is not None:
             context.update(notice=_errors_text(form), ok=False)
         context.update(approval=approval, back=inbox_url())
-        return render(request, "approvals/_row_response.html", context)
+        return render(request, "approvals/inbox.html#row-decided", context)
     context.update(panel_context(approval, form))
-    return render(request, "approvals/_panel_response.html", context)
+    return render(request, "approvals/request_detail.html#decision-response", context)
 
 
 @require_POST
@@ -297,7 +294,7 @@ def bulk_decide(request: HtmxHttpRequest) -> HttpResponse:
         if request.htmx:
             context = {"outcomes": [], "summary": errors, "ok": False}
             context["pending_count"] = pending_count()
-            return render(request, "approvals/_bulk_result.html", context)
+            return render(request, "approvals/inbox.html#bulk-result", context)
         messages.error(request, errors)
         return HttpResponseRedirect(back)
 
@@ -337,7 +334,7 @@ def bulk_decide(request: HtmxHttpRequest) -> HttpResponse:
             "pending_count": pending_count(),
             "back": back,
         }
-        return render(request, "approvals/_bulk_result.html", context)
+        return render(request, "approvals/inbox.html#bulk-result", context)
     if decided:
         messages.success(request, summary)
     for outcome in refused:

@@ -38,4 +38,4 @@ def pretty_json(value: Any, *, sort_keys: bool = True) -> SafeString | str:
     if value is None:
         return "-"
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=sort_keys, default=str)
-    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+    return format_html('<pre class="pretty-json">{}</pre>', text)

@@ -55,10 +55,10 @@ def _render_run(conversation_pk: int, run_id: int, items: list[Any]) -> str:
         return ""  # undone or cleared meanwhile: nothing of it is shown
     if view.run.status == RunStatus.QUEUED:
         return render_to_string(
-            "conversations/_run_inserted.html",
+            "conversations/chat.html#run-inserted",
             {"view": view, "after": previous_run_pk(view.run)},
         )
-    return render_to_string("conversations/_run.html", {"view": view})
+    return render_to_string("conversations/chat.html#run", {"view": view})
 
 
 class ConversationConsumer(AsyncWebsocketConsumer):

@@ -45,22 +45,29 @@ ALLOWED_TAGS = {
     "ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6",
     "table", "thead", "tbody", "tr", "th", "td",
 }  # fmt: skip
-ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"style"}, "td": {"style"}}
+ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}}
+# A table column's alignment, the one class a reply may carry: markdown-it writes it as an
+# inline style, which the site's Content Security Policy does not apply.
+ALIGN_CLASSES = {"align-left", "align-center", "align-right"}
 LINK_REL = "noopener noreferrer nofollow"
 
 
 def render_markdown(text: str) -> SafeString:
     """Assistant Markdown as sanitized HTML, safe to put in a page as is."""
-    html = _markdown.render(text or "")
+    tokens = _markdown.parse(text or "")
+    for token in tokens:
+        if token.type in ("th_open", "td_open") and token.attrs.get("style"):
+            align = str(token.attrs.pop("style")).removeprefix("text-align:")
+            token.attrSet("class", f"align-{align}")
+    html = _markdown.renderer.render(tokens, _markdown.options, {})
     cleaned = nh3.clean(
         html,
         tags=ALLOWED_TAGS,
         attributes=ALLOWED_ATTRIBUTES,
+        allowed_classes={"th": ALIGN_CLASSES, "td": ALIGN_CLASSES},
         url_schemes={"http", "https", "mailto"},
         link_rel=LINK_REL,
         set_tag_attribute_values={"a": {"target": "_blank"}},
-        # markdown-it aligns table columns with inline styles; nothing else is kept.
-        filter_style_properties={"text-align"},
         strip_comments=True,
     )
     return mark_safe(cleaned)  # sanitized by nh3 just above

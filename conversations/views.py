@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from approvals.models import AgentRun, RunStatus
 from common import formatting
+from common.http import HtmxHttpRequest
 from conversations.forms import MessageForm, NewConversationForm, RenameForm
 from conversations.items import is_user_message
 from conversations.models import Conversation, SessionItem
@@ -211,7 +212,7 @@ def chat_history(request: HttpRequest, session_id: str) -> HttpResponse:
     conversation = _get_conversation_for_user(request, session_id)
     return render(
         request,
-        "conversations/_messages.html",
+        "conversations/chat.html#messages",
         {"conversation": conversation, "history": _history(conversation)},
     )
 
@@ -222,7 +223,7 @@ class _Busy(Exception):
 
 @login_required
 @require_POST
-def chat_send(request: HttpRequest, session_id: str) -> HttpResponse:
+def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Start a run on the message. Refused, with the text kept, when it is empty or too long,
     or while the conversation's last run is still going."""
     conversation = _get_conversation_for_user(request, session_id)
@@ -251,17 +252,17 @@ def chat_send(request: HttpRequest, session_id: str) -> HttpResponse:
                 f"The agent of this conversation ({conversation.agent_name}) is no longer "
                 "available. Start a new conversation.",
             )
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         if form.errors:
             return render(
                 request,
-                "conversations/_composer.html",
+                "conversations/chat.html#composer",
                 {"conversation": conversation, "form": form},
             )
         # The run's block arrives over the socket (or with the next re-sync).
         return render(
             request,
-            "conversations/_composer.html",
+            "conversations/chat.html#composer",
             {"conversation": conversation, "form": MessageForm(), "autofocus": True},
         )
     if form.errors:

@@ -110,7 +110,13 @@ def plain_static_storage(settings: Any) -> None:
     }
 
 
-from tests.live import browser, live_site, page  # noqa: E402,F401  (fixtures)
+from tests.live import (  # noqa: E402,F401  (fixtures)
+    browser,
+    csp_problems,
+    live_site,
+    page,
+    screenshots,
+)
 
 
 @pytest.fixture(scope="session")

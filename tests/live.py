@@ -2,6 +2,12 @@
 
 The server runs in a subprocess against the test database file, so a test must use
 `transactional_db` for the server to see its data.
+
+Every page a browser test opens is watched for the Content Security Policy: a page of the
+site served without the header, or anything the policy refused (an inline script or style,
+an eval, a connection), fails the test (see `csp_problems`).
+
+Screenshots go to a temporary folder, or to docs/screenshots when AGENTSITE_SCREENSHOTS=1.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOTS = ROOT / "docs" / "screenshots"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -126,9 +133,53 @@ def live_site(
     stop_site(site)
 
 
+# Reports every `securitypolicyviolation` of a page to the test (console messages say the same
+# for what happens before any script runs, and with JavaScript off).
+CSP_WATCH = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__agentsiteCspViolation(
+    `${event.effectiveDirective} refused ${event.blockedURI || "inline code"}` +
+    ` in ${event.sourceFile || event.documentURI}:${event.lineNumber}`
+  );
+}, true);
+"""
+CSP_CONSOLE = ("Content Security Policy", "Refused to")
+
+
+def watch_csp(context: Any, problems: list[str], site_prefix: str = "http://127.0.0.1:") -> None:
+    """Record in `problems` what the policy refuses in `context`'s pages, and every page of
+    the site (any local server) that arrives without the policy."""
+
+    def on_console(message: Any) -> None:
+        if any(marker in message.text for marker in CSP_CONSOLE):
+            problems.append(f"console: {message.text}")
+
+    def on_response(response: Any) -> None:
+        if response.request.resource_type != "document" or not response.url.startswith(site_prefix):
+            return
+        if "content-security-policy" not in response.headers:
+            problems.append(f"no Content-Security-Policy header on {response.url}")
+
+    context.expose_binding(
+        "__agentsiteCspViolation", lambda source, text: problems.append(f"event: {text}")
+    )
+    context.add_init_script(script=CSP_WATCH)
+    context.on("console", on_console)
+    context.on("response", on_response)
+
+
 @pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A headless Chromium for one test.
+def csp_problems() -> Iterator[list[str]]:
+    """What the Content Security Policy refused (or missed) in this test's browser: must be
+    nothing when the test ends. A test that provokes a violation on purpose empties it."""
+    problems: list[str] = []
+    yield problems
+    assert not problems, "Content Security Policy problems:\n" + "\n".join(problems)
+
+
+@pytest.fixture
+def browser(monkeypatch: pytest.MonkeyPatch, csp_problems: list[str]) -> Iterator[Any]:
+    """A headless Chromium for one test; every context it opens is watched (`watch_csp`).
 
     Playwright's sync API keeps an event loop running in this thread, which makes Django
     refuse the ORM here; the test's own ORM calls are still plain sync code, so that check
@@ -141,6 +192,14 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         chromium = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
         )
+        new_context = chromium.new_context
+
+        def watched_context(**kwargs: Any) -> Any:
+            context = new_context(**kwargs)
+            watch_csp(context, csp_problems)
+            return context
+
+        monkeypatch.setattr(chromium, "new_context", watched_context)
         yield chromium
         chromium.close()
 
@@ -152,3 +211,13 @@ def page(browser: Any) -> Iterator[Any]:
     page.set_default_timeout(10_000)
     yield page
     context.close()
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    """Where a test saves its screenshots: docs/screenshots when AGENTSITE_SCREENSHOTS=1 (to
+    refresh the README's pictures), else this test's temporary folder, so that a test run
+    leaves the work tree as it was."""
+    folder = SCREENSHOTS if os.environ.get("AGENTSITE_SCREENSHOTS") == "1" else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -110,9 +110,7 @@ def test_it_shows_the_state_pretty_printed_and_escaped(
 
     assert "<script>alert(1)</script>" not in body
     # The state's JSON, indented, inside a <pre>; the input it holds is escaped there too.
-    start = body.index(
-        '<pre style="white-space: pre-wrap; margin: 0">{\n  &quot;$schemaVersion&quot;'
-    )
+    start = body.index('<pre class="pretty-json">{\n  &quot;$schemaVersion&quot;')
     state = body[start : body.index("</pre>", start)]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in state
 

@@ -21,7 +21,6 @@ from tests.factories import make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 PASSWORD = "alice-pass-123"
 WAITING = "Waiting for a reviewer to approve: cancel_order(order_id=42)"
 
@@ -214,7 +213,7 @@ MARKDOWN_REPLY = (
 
 
 def test_screenshots_of_a_chat_with_markdown_and_a_paused_call(
-    live_site: Any, page: Any, browser: Any, alice: Any
+    live_site: Any, page: Any, browser: Any, alice: Any, screenshots: Path
 ) -> None:
     url = open_new_chat(page, live_site)
     conversation = Conversation.objects.get(session_id=url.rstrip("/").rsplit("/", 1)[-1])
@@ -246,8 +245,7 @@ def test_screenshots_of_a_chat_with_markdown_and_a_paused_call(
     expect(page.get_by_text(WAITING)).to_be_visible()
     expect(page.locator(".markdown ol li")).to_have_count(3)
 
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "chat.png"))
+    page.screenshot(path=str(screenshots / "chat.png"))
 
     phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2)
     small = phone.new_page()
@@ -257,8 +255,8 @@ def test_screenshots_of_a_chat_with_markdown_and_a_paused_call(
     expect(small.locator("[data-live-status]")).to_have_text("Live")
     # Nothing sticks out sideways at phone width.
     assert small.evaluate("document.documentElement.scrollWidth") <= 390
-    small.screenshot(path=str(SCREENSHOTS / "chat-phone.png"))
+    small.screenshot(path=str(screenshots / "chat-phone.png"))
 
     small.goto(live_site.url + "/chats/")
-    small.screenshot(path=str(SCREENSHOTS / "chats-phone.png"))
+    small.screenshot(path=str(screenshots / "chats-phone.png"))
     phone.close()

@@ -38,7 +38,6 @@ from tracing.models import Span, Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 PASSWORD = "pass-for-tests"
 
 
@@ -67,6 +66,31 @@ def open_trace(page: Any, live_site: Any, trace_id: str, username: str = "olga")
     log_in(page, live_site, username, PASSWORD, then=f"/traces/{trace_id}/")
     expect(page.locator("[data-live-status]")).to_have_text("Live")
     expect(page.locator("#trace-tree.htmx-request")).to_have_count(0)  # the first re-sync
+
+
+# Where each bar of the waterfall is drawn, against where its data says (percent of the bar
+# cell), and each row's indent against its depth.
+WATERFALL = """() => [...document.querySelectorAll("#trace-tree .row")].map((row) => {
+  const bar = row.querySelector(".bar"), cell = bar.parentElement.getBoundingClientRect();
+  const box = bar.getBoundingClientRect();
+  return {
+    left: parseFloat(bar.dataset.left), width: parseFloat(bar.dataset.width),
+    drawnLeft: (box.left - cell.left) / cell.width * 100,
+    drawnWidth: box.width / cell.width * 100,
+    depth: row.dataset.depth, indent: row.style.getPropertyValue("--depth"),
+  };
+})"""
+
+
+def assert_waterfall_placed(page: Any) -> None:
+    """traces.js placed every bar and indented every row from its data attributes (the CSP
+    allows no inline style)."""
+    rows = page.evaluate(WATERFALL)
+    assert rows and any(r["left"] > 0 for r in rows) and any(r["depth"] != "0" for r in rows)
+    for r in rows:
+        assert abs(r["drawnLeft"] - r["left"]) < 0.5, r
+        assert r["width"] < 0.5 or abs(r["drawnWidth"] - r["width"]) < 0.5, r  # 2px minimum
+        assert r["indent"] == r["depth"], r
 
 
 def row(page: Any, span: Span) -> Any:
@@ -145,6 +169,7 @@ def test_a_subtree_folds_and_unfolds_and_a_span_opens_its_details(
         row(page, spans["billing"]),
     )
     expect(tool).to_be_visible()
+    assert_waterfall_placed(page)
 
     # Fold the Support desk agent: its turn and the turn's spans go, Billing stays.
     row(page, spans["desk"]).locator(".caret").click()
@@ -235,6 +260,7 @@ def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(
     expect(rows).to_have_count(5 + 1 + 5)
     expect(page.locator("#trace-summary .status")).to_have_text("OK")
     assert page.evaluate("window.notReloaded") is True
+    assert_waterfall_placed(page)  # the tree re-read by htmx is placed too
     wait_for(lambda: AgentRun.objects.filter(pk=run.pk, status=RunStatus.COMPLETED).first())
     alices.close()
     ritas.close()
@@ -260,6 +286,7 @@ def test_screenshot_of_the_trace_viewer(
     browser: Any,
     traces: Traces,
     monkeypatch: pytest.MonkeyPatch,
+    screenshots: Path,
 ) -> None:
     """docs/screenshots/traces.png: a demo run with a tool call and a handoff, its tool call
     selected; and the same page on a phone, where the tree comes before the details."""
@@ -282,7 +309,6 @@ def test_screenshot_of_the_trace_viewer(
     run = AgentRun.objects.get(pk=in_thread(work))
     assert run.status == RunStatus.COMPLETED, run.error
     tool = Span.objects.filter(trace_id=run.trace_id, name="lookup_order").get()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
     open_trace(page, live_site, run.trace_id)
     row(page, tool).locator("a.span-link").click()
@@ -290,7 +316,7 @@ def test_screenshot_of_the_trace_viewer(
     expect(panel).to_contain_text("Order 7 for Chen Wei")
     expect(row(page, tool)).to_have_class(re.compile(r"\bis-selected\b"))
     page.mouse.move(0, 0)
-    page.screenshot(path=str(SCREENSHOTS / "traces.png"))
+    page.screenshot(path=str(screenshots / "traces.png"))
 
     phone = browser.new_context(
         viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True
@@ -307,7 +333,7 @@ def test_screenshot_of_the_trace_viewer(
     tree_box = phone_page.locator("#trace-tree").bounding_box()
     panel_box = phone_page.locator("#span-panel").bounding_box()
     assert tree_box and panel_box and panel_box["y"] >= tree_box["y"] + tree_box["height"]
-    phone_page.screenshot(path=str(SCREENSHOTS / "traces-phone.png"), full_page=True)
+    phone_page.screenshot(path=str(screenshots / "traces-phone.png"), full_page=True)
 
     phone_page.goto(f"{live_site.url}/traces/")
     expect(phone_page.locator("table.trace-table tbody tr")).to_have_count(2)
@@ -316,4 +342,4 @@ def test_screenshot_of_the_trace_viewer(
     phone.close()
     page.goto(f"{live_site.url}/traces/")
     expect(page.locator("table.trace-table tbody tr")).to_have_count(2)
-    page.screenshot(path=str(SCREENSHOTS / "traces-list.png"))
+    page.screenshot(path=str(screenshots / "traces-list.png"))

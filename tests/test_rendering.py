@@ -20,6 +20,14 @@ def test_it_keeps_bold_lists_code_blocks_and_tables() -> None:
     assert "<table>" in html and "<td>1</td>" in html
 
 
+def test_it_aligns_table_columns_with_classes_not_inline_styles() -> None:
+    html = render_markdown("| a | b | c |\n|:--|:-:|--:|\n| 1 | 2 | 3 |")
+    assert '<th class="align-left">a</th>' in html
+    assert '<td class="align-center">2</td>' in html
+    assert '<td class="align-right">3</td>' in html
+    assert "style=" not in html
+
+
 def test_it_keeps_links_and_makes_them_safe_to_open() -> None:
     html = render_markdown("See [tracking](https://example.com/track?id=7) or <https://e.com>.")
     assert (

@@ -158,7 +158,7 @@ def trace_page(client: Client, trace_id: str) -> str:
 def tree_lines(html: str) -> list[str]:
     """The tree as `depth type name` lines, in the order shown."""
     rows = re.findall(
-        r'style="--depth: (\d+)"><span class="name-cell">.*?<span class="type type-[\w-]+">'
+        r'data-depth="(\d+)"><span class="name-cell">.*?<span class="type type-[\w-]+">'
         r"([^<]+)</span><span class=\"span-name\">([^<]*)</span>",
         html,
     )
@@ -462,11 +462,12 @@ def test_the_waterfall_places_each_bar_by_its_start_and_duration(client: Client,
     Span.objects.bulk_create([root, early, late])
 
     html = trace_page(client, trace.trace_id)
-    assert 'class="bar kind-task" style="left: 0.000%; width: 100.000%"' in html
-    assert 'class="bar kind-generation" style="left: 25.000%; width: 25.000%"' in html
-    assert 'class="bar kind-function" style="left: 75.000%; width: 25.000%"' in html
+    assert 'class="bar kind-task" data-left="0.000" data-width="100.000"' in html
+    assert 'class="bar kind-generation" data-left="25.000" data-width="25.000"' in html
+    assert 'class="bar kind-function" data-left="75.000" data-width="25.000"' in html
     assert ">500 ms</span>" in html
-    assert re.search(r'class="tick" style="left: 100.0%">2.00 s<', html)
+    assert re.search(r'class="tick" data-left="100.0">2.00 s<', html)
+    assert "style=" not in html  # the Content Security Policy allows no inline style
 
 
 def test_the_span_panel_shows_errors_guardrails_and_escapes_everything(
@@ -638,7 +639,7 @@ def test_a_run_with_a_tool_call_shows_its_tree_and_waterfall(
     ]
     assert html.count('<details class="node"') == 4  # task, agent and turns fold
     assert html.count('<div class="row leaf') == 3
-    bars = re.findall(r'class="bar kind-(\w+)" style="left: ([\d.]+)%; width: ([\d.]+)%"', html)
+    bars = re.findall(r'class="bar kind-(\w+)" data-left="([\d.]+)" data-width="([\d.]+)"', html)
     assert [kind for kind, _, _ in bars] == [
         "task",
         "agent",

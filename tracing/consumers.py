@@ -88,8 +88,13 @@ class TraceConsumer(AsyncWebsocketConsumer):
             await self._refresh(f"Decision: {event.status}")
 
     async def _refresh(self, note: str) -> None:
-        context = {"note": note, "tree_url": reverse("trace_tree", args=[self.trace_id])}
-        await self.send(text_data=render_to_string("tracing/_live.html", context))
+        context = {
+            "note": note,
+            "tree_url": reverse("trace_tree", args=[self.trace_id]),
+            "oob": True,
+        }
+        html = render_to_string("tracing/trace_detail.html#live-note", context)
+        await self.send(text_data=html)
 
     # --- the database ----------------------------------------------------------------------
 

@@ -95,8 +95,10 @@ class Row:
         return formatting.duration(self.span.duration_seconds)
 
     @property
-    def bar_style(self) -> str:
-        return f"left: {self.offset:.3f}%; width: {self.width:.3f}%"
+    def bar_place(self) -> str:
+        """The bar's start and width (percent), as data attributes that traces.js applies:
+        the Content Security Policy allows no inline style."""
+        return f'data-left="{self.offset:.3f}" data-width="{self.width:.3f}"'
 
     @property
     def label_place(self) -> str:
@@ -108,13 +110,14 @@ class Row:
         return "inside"
 
     @property
-    def label_style(self) -> str:
+    def label_position(self) -> str:
+        """The duration label's position (percent), as data attributes (see `bar_place`)."""
         place = self.label_place
         if place == "after":
-            return f"left: {self.offset + self.width:.3f}%"
+            return f'data-left="{self.offset + self.width:.3f}"'
         if place == "before":
-            return f"right: {100 - self.offset:.3f}%"
-        return f"left: {self.offset:.3f}%"
+            return f'data-right="{100 - self.offset:.3f}"'
+        return f'data-left="{self.offset:.3f}"'
 
 
 @dataclass

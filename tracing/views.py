@@ -26,6 +26,7 @@ from django.views.decorators.http import require_GET
 
 from approvals.models import AgentRun
 from common import formatting
+from common.http import HtmxHttpRequest
 from engine import events, permissions
 from tracing import tree as trees
 from tracing.forms import TraceFilterForm, make_cursor, registered_workflow
@@ -252,7 +253,7 @@ def other_runs(trace: Trace) -> list[Trace]:
 
 
 def tree_context(trace: Trace) -> dict[str, Any]:
-    """What `_tree.html` and `_summary.html` need, for the page and its refreshes."""
+    """What the page's `tree` and `summary` partials need, for the page and its refreshes."""
     spans = list(tree_spans(trace))
     tree = trees.build(spans)
     errors = sum(1 for span in spans if span.error is not None)
@@ -303,20 +304,19 @@ def trace_tree(request: HttpRequest, trace_id: str) -> HttpResponse:
     """The tree and waterfall alone (with the summary), re-read on every socket (re)connect
     and whenever the exporter stored more of the trace."""
     trace = _get_trace_for_viewer(request, trace_id)
-    return render(request, "tracing/_tree_response.html", tree_context(trace))
+    return render(request, "tracing/trace_detail.html#tree-refresh", tree_context(trace))
 
 
 @require_GET
 @login_required
 @trace_viewer_required
-def span_detail(request: HttpRequest, trace_id: str, span_id: str) -> HttpResponse:
+def span_detail(request: HtmxHttpRequest, trace_id: str, span_id: str) -> HttpResponse:
     """One span's details: the panel alone for htmx, else the trace page with it open."""
     trace = _get_trace_for_viewer(request, trace_id)
     span = get_object_or_404(Span, trace_id=trace.trace_id, span_id=span_id)
-    htmx = getattr(request, "htmx", None)
-    if htmx and not htmx.history_restore_request:
+    if request.htmx and not request.htmx.history_restore_request:
         context = {"panel": span_panel_context(trace, span)}
-        return render(request, "tracing/_span_panel.html", context)
+        return render(request, "tracing/trace_detail.html#span-panel", context)
     return render(request, "tracing/trace_detail.html", _page_context(trace, selected=span))
 
 
@@ -370,7 +370,8 @@ def _usage_facts(usage: Any) -> list[dict[str, str]]:
 
 
 def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
-    """What `_span_panel.html` shows for a span: common facts, then what its type carries."""
+    """What `trace_detail.html#span-panel` shows for a span: common facts, then what its
+    type carries."""
     data = span.span_data if isinstance(span.span_data, dict) else {}
     inner = span.data
     kind = span.span_type

@@ -1,11 +1,35 @@
 /* The trace page's small helpers, on top of htmx and live.js:
  * - the selected span's row is highlighted (the panel says which span it shows);
  * - a refreshed tree keeps the subtrees the reader collapsed;
- * - "Expand all" / "Collapse all".
+ * - "Expand all" / "Collapse all";
+ * - the waterfall's rows, bars and time marks are placed from their data attributes
+ *   (`data-depth`, `data-left`, `data-width`, `data-right`, in percent): the Content Security
+ *   Policy allows no inline style, but a script may still set element.style.
  * Collapsing itself is plain <details>: it works without this file. */
 (function () {
   "use strict";
   var collapsed = null;
+  var PLACED = ".waterfall [data-depth], .waterfall [data-left], .waterfall [data-width], " +
+    ".waterfall [data-right]";
+
+  function placeOne(el) {
+    var data = el.dataset;
+    if (data.depth !== undefined) el.style.setProperty("--depth", data.depth);
+    if (data.left !== undefined) el.style.left = data.left + "%";
+    if (data.width !== undefined) el.style.width = data.width + "%";
+    if (data.right !== undefined) el.style.right = data.right + "%";
+  }
+
+  function place(root) {
+    if (root.matches && root.matches(PLACED)) placeOne(root);
+    if (root.querySelectorAll) root.querySelectorAll(PLACED).forEach(placeOne);
+  }
+
+  // Now (the deferred script runs once the page is parsed) and for every swapped-in fragment.
+  place(document);
+  document.addEventListener("htmx:load", function (event) {
+    if (event.target !== document.body) place(event.target); // the body: placed just above
+  });
 
   function panelSpan() {
     var detail = document.querySelector("#span-panel [data-span-id]");

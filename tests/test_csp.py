@@ -1,0 +1,119 @@
+"""Every page carries one strict Content Security Policy, and nothing in a page needs more:
+no inline script or style, no event handler attribute, no eval (see SECURE_CSP in settings).
+The browser tests check the same in Chromium: any violation fails them (tests/live.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from tests.factories import make_conversation, make_reviewer, make_user
+from tests.test_inbox import make_request
+from tests.test_trace_views import make_span, make_trace
+from tracing.models import Span
+
+pytestmark = pytest.mark.django_db
+
+# What the policy must say, directive by directive.
+REQUIRED = {
+    "default-src": "'self'",
+    "script-src": "'self'",
+    "style-src": "'self'",
+    "object-src": "'none'",
+    "base-uri": "'none'",
+    "frame-ancestors": "'none'",
+    "form-action": "'self'",
+}
+
+
+def policy_of(response: Any) -> dict[str, str]:
+    header = response.headers.get("Content-Security-Policy")
+    assert header, f"no Content-Security-Policy on {response.request['PATH_INFO']}"
+    assert "unsafe-inline" not in header and "unsafe-eval" not in header, header
+    directives = (part.strip().partition(" ") for part in header.split(";"))
+    return {name: value for name, _, value in directives if name}
+
+
+def inline_code(html: str) -> list[str]:
+    """What a strict policy would refuse in this HTML: inline scripts and styles, style and
+    event handler attributes (htmx's hx-on:* among them), javascript: URLs."""
+    found = re.findall(r"<script(?![^>]*\ssrc=)[^>]*>", html)
+    found += re.findall(r"<style\b[^>]*>", html)
+    found += re.findall(r"<[a-z][^>]*\s(?:style|on[a-z]+|hx-on[:\w-]*)=[^>]*>", html, flags=re.I)
+    found += re.findall(r"""(?:href|src|action)=["']?\s*javascript:""", html, flags=re.I)
+    return found
+
+
+@pytest.fixture
+def admin() -> Any:
+    """One user who sees every page: her own chats, the inbox, the traces and the admin."""
+    make_user(username="admin", is_staff=True, is_superuser=True)
+    return make_reviewer(username="admin")
+
+
+@pytest.fixture
+def pages(admin: Any) -> dict[str, str]:
+    """One URL of each kind of page, with something on it."""
+    conversation = make_conversation(owner=admin)
+    request = make_request()
+    trace = make_trace()
+    root = make_span(trace, "task", "task", start=0, end=2)
+    Span.objects.bulk_create([root, make_span(trace, "function", "tool", parent=root, start=1)])
+    return {
+        "home": "/",
+        "login": "/accounts/login/",
+        "chats": "/chats/",
+        "chat": f"/chats/{conversation.session_id}/",
+        "clear": f"/chats/{conversation.session_id}/clear/",
+        "inbox": "/inbox/",
+        "history": "/inbox/history/",
+        "request": f"/inbox/{request.pk}/",
+        "traces": "/traces/",
+        "trace": f"/traces/{trace.trace_id}/",
+        "span": f"/traces/{trace.trace_id}/spans/{root.span_id}/",
+        "admin": "/admin/",
+        "admin list": "/admin/approvals/approvalrequest/",
+        "admin change": f"/admin/approvals/agentrun/{request.run_id}/change/",
+        "admin login": "/admin/login/",
+    }
+
+
+def test_every_page_is_served_with_the_strict_policy_and_no_inline_code(
+    client: Client, settings: Any, admin: Any, pages: dict[str, str]
+) -> None:
+    assert settings.DEBUG is False
+    for name, url in pages.items():
+        client.logout()
+        if name not in ("home", "login", "admin login"):
+            client.force_login(admin)
+        response = client.get(url)
+        assert response.status_code == 200, (name, url, response.status_code)
+        policy = policy_of(response)
+        for directive, value in REQUIRED.items():
+            assert policy.get(directive) == value, (name, directive, policy)
+        assert inline_code(response.content.decode()) == [], name
+
+
+def test_fragments_carry_no_inline_code_either(
+    client: Client, admin: Any, pages: dict[str, str]
+) -> None:
+    """What htmx swaps in obeys the page's policy too."""
+    client.force_login(admin)
+    trace_url = pages["trace"]
+    for url in (f"{trace_url}tree/", pages["span"], "/inbox/rows/", f"{pages['chat']}history/"):
+        response = client.get(url, HTTP_HX_REQUEST="true")
+        assert response.status_code == 200, url
+        html = response.content.decode()
+        assert html.strip() and inline_code(html) == [], url
+
+
+def test_the_check_finds_inline_code() -> None:
+    assert len(inline_code('<script>alert(1)</script><script src="/s.js"></script>')) == 1
+    assert len(inline_code('<div style="left: 1%">')) == 1
+    assert len(inline_code('<textarea hx-on:keydown="x()">')) == 1
+    assert len(inline_code('<button type="button" onclick="x()">')) == 1
+    assert len(inline_code("<style>p { color: red }</style>")) == 1
+    assert inline_code('<div data-left="1" class="style">') == []
