@@ -53,8 +53,8 @@ class HtmxHttpRequest(HttpRequest):
 
 
 def open_requests() -> QuerySet[ApprovalRequest]:
-    """Requests a reviewer can still decide: pending and not past their expiry."""
-    return ApprovalRequest.objects.pending().filter(expires_at__gt=timezone.now())
+    """Requests a reviewer can still decide."""
+    return ApprovalRequest.objects.open()
 
 
 def with_people(requests: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:

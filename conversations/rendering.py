@@ -17,13 +17,7 @@ import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
-from approvals.models import (
-    ACTIVE_STATUSES,
-    AgentRun,
-    ApprovalRequest,
-    ApprovalStatus,
-    RunStatus,
-)
+from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus
 from conversations.models import Conversation
 
 # --- Markdown ---------------------------------------------------------------------------------
@@ -199,11 +193,11 @@ class RunView:
 
     @property
     def is_active(self) -> bool:
-        return self.run.status in (*ACTIVE_STATUSES, RunStatus.WAITING)
+        return self.run.is_busy
 
     @property
     def is_streaming(self) -> bool:
-        return self.run.status in ACTIVE_STATUSES
+        return self.run.is_active
 
     @property
     def reply_html(self) -> SafeString | None:

@@ -40,6 +40,7 @@ from openai.types.responses import ResponseTextDeltaEvent
 
 from agentsite.db.hops import db_hop
 from approvals.models import (
+    ACTIVE_STATUSES,
     AgentRun,
     ApprovalDecision,
     ApprovalOrigin,
@@ -494,7 +495,7 @@ def _fail_sync(
     reason: str,
     result: RunResultStreaming | None = None,
     *,
-    from_statuses: tuple[str, ...] = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING),
+    from_statuses: tuple[str, ...] = ACTIVE_STATUSES,
     quiet_since: Any = None,
 ) -> bool:
     """Fail the run if it is still in one of `from_statuses`; True if this call failed it."""
@@ -512,11 +513,11 @@ def _fail_sync(
     with transaction.atomic():
         rows = AgentRun.objects.filter(pk=run_id, status__in=from_statuses)
         if quiet_since is not None:
-            rows = rows.filter(updated__lt=quiet_since)
+            rows = rows.stuck(quiet_since)
         failed = rows.update(**changes)
         if failed:
             # Whatever still waits in this run can no longer be decided.
-            ApprovalRequest.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
+            ApprovalRequest.objects.filter(run_id=run_id).pending().update(
                 status=ApprovalStatus.CANCELLED
             )
             recording.follow_run(run_id)
@@ -698,10 +699,10 @@ def _decide(
             if approve
             else ApprovalStatus.REJECTED
         )
-        pending = ApprovalRequest.objects.filter(pk=request_id, status=ApprovalStatus.PENDING)
-        if not expired:
-            pending = pending.filter(expires_at__gt=now)
-        if pending.update(status=status, decided_at=now, decided_by=reviewer) != 1:
+        # The sweep expires a request once it is overdue; a reviewer decides it while open.
+        requests = ApprovalRequest.objects.filter(pk=request_id)
+        decidable = requests.pending() if expired else requests.open(now)
+        if decidable.update(status=status, decided_at=now, decided_by=reviewer) != 1:
             _refuse(request_id, now)
         decision = ApprovalDecision.objects.create(
             request_id=request_id,
@@ -822,15 +823,14 @@ def recover_stuck_runs(older_than: timedelta | None = None) -> Recovery:
     cutoff = timezone.now() - older_than
     recovery = Recovery()
     reason = "Interrupted by a restart: the process running it stopped. Nothing was retried."
-    dead = AgentRun.objects.filter(status=RunStatus.RUNNING, updated__lt=cutoff)
+    stuck = AgentRun.objects.stuck(cutoff)
+    dead = stuck.filter(status=RunStatus.RUNNING)
     for run_id, conversation_id in list(dead.values_list("pk", "conversation_id")):
         # Conditional again: a run that beat since the listing is alive and stays so.
         if _fail_sync(run_id, reason, from_statuses=(RunStatus.RUNNING,), quiet_since=cutoff):
             recovery.failed += 1
             events.publish_sync([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
-    lost = AgentRun.objects.filter(
-        status__in=(RunStatus.QUEUED, RunStatus.RESUMING), updated__lt=cutoff, state_consumed=False
-    )
+    lost = stuck.exclude(status=RunStatus.RUNNING).filter(state_consumed=False)
     for run_id, status in list(lost.values_list("pk", "status")):
         executor.submit("execute" if status == RunStatus.QUEUED else "resume", run_id)
         recovery.resubmitted += 1
