@@ -297,7 +297,7 @@ def _decided_message(approval: ApprovalRequest, approve: bool, always: bool) -> 
 @require_POST
 @login_required
 @reviewer_required
-def decide(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Approve, approve always (this run), or reject one request."""
     approval = _get_request_for_reviewer(request, pk)
     form = DecisionForm(request.POST)

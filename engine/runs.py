@@ -660,13 +660,15 @@ def decide(
     """
     if reviewer is None or not reviewer.has_perm("approvals.decide_approvalrequest"):
         raise DecisionRefused("You are not allowed to approve or reject tool calls.")
-    return _decide(request, reviewer, approve, message=message, always=always, seen_hash=seen_hash)
+    return _record_decision(
+        request, reviewer, approve, message=message, always=always, seen_hash=seen_hash
+    )
 
 
 adecide = sync_to_async(decide)
 
 
-def _decide(
+def _record_decision(
     request: ApprovalRequest | int,
     reviewer: Any,
     approve: bool,
@@ -766,7 +768,7 @@ def expire_overdue() -> int:
     for request_id, created, expires_at in list(overdue):
         waited = _duration(expires_at - created)
         try:
-            _decide(
+            _record_decision(
                 request_id,
                 None,
                 False,
