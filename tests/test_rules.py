@@ -3,14 +3,17 @@ each test here fails if its rule changes."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models import F, Value
 from django.utils import timezone
 
 from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus
 from tests.factories import make_conversation
+from tracing.models import Span, Trace, TraceStatus, status_expression, trace_status
 
 pytestmark = pytest.mark.django_db
 
@@ -81,3 +84,57 @@ def test_a_request_is_open_while_pending_and_before_its_expiry_then_overdue() ->
         at_expiry,
         past,
     }
+
+
+# --- the status of a trace --------------------------------------------------------------------
+
+
+def test_a_runs_trace_follows_its_run_and_any_error_wins() -> None:
+    assert {status: trace_status(status) for status in RunStatus.values} == {
+        RunStatus.QUEUED: TraceStatus.RUNNING,
+        RunStatus.RUNNING: TraceStatus.RUNNING,
+        RunStatus.WAITING: TraceStatus.WAITING,
+        RunStatus.RESUMING: TraceStatus.RUNNING,
+        RunStatus.COMPLETED: TraceStatus.OK,
+        RunStatus.FAILED: TraceStatus.ERROR,
+        RunStatus.CANCELLED: TraceStatus.ERROR,
+    }
+    assert trace_status(RunStatus.COMPLETED, has_error=True) == TraceStatus.ERROR
+    assert trace_status(None, has_error=True, has_root=True) == TraceStatus.ERROR
+
+
+def test_a_foreign_trace_still_running_is_done_once_its_root_span_arrived() -> None:
+    assert trace_status(None) == TraceStatus.RUNNING
+    assert trace_status(None, has_root=True) == TraceStatus.OK
+    # Only a running one: a status set otherwise stays.
+    assert trace_status(None, has_root=True, stored=TraceStatus.WAITING) == TraceStatus.WAITING
+
+
+def test_the_sql_rule_gives_what_the_python_rule_gives() -> None:
+    cases = list(
+        itertools.product(
+            [None, *RunStatus.values], [False, True], [False, True], TraceStatus.values
+        )
+    )
+    rows = {}
+    for number, (run_status, has_error, has_root, stored) in enumerate(cases):
+        run = _run(run_status) if run_status is not None else None
+        trace = Trace.objects.create(trace_id=f"trace_{number}", run=run, status=stored)
+        if has_root:
+            Span.objects.create(span_id=f"span_root_{number}", trace=trace, span_type="agent")
+        Span.objects.create(
+            span_id=f"span_{number}",
+            trace=trace,
+            parent_id="span_parent",
+            span_type="function",
+            error={"message": "boom"} if has_error else None,
+        )
+        followed = Value(trace_status(run_status)) if run_status is not None else F("status")
+        Trace.objects.filter(pk=trace.pk).update(status=status_expression(followed))
+        rows[trace.pk] = trace_status(
+            run_status, has_error=has_error, has_root=has_root, stored=stored
+        )
+    assert dict(Trace.objects.values_list("pk", "status")) == rows
+    # And the model reads it back the same way (from scratch: a trace starts running).
+    fresh = Trace.objects.filter(status=TraceStatus.RUNNING).select_related("run")
+    assert all(trace.derived_status() == trace.status for trace in fresh)

@@ -7,19 +7,18 @@ is logged and never undoes (or fails) a run's pause, completion or decision.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from agents.tracing import gen_span_id
 from django.conf import settings
-from django.db import connection, transaction
-from django.utils import timezone
+from django.db import transaction
+from django.db.models import Case, Value, When
 
 from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, ApprovalStatus
 from tracing import redaction
-from tracing.models import Span, Trace, TraceStatus, status_for_run
+from tracing.models import Span, Trace, TraceStatus, status_expression, trace_status
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +26,9 @@ DECISION_SPAN_NAME = "approval decision"
 
 
 def follow_run(run: AgentRun | int, status: str | None = None) -> None:
-    """Set the status of the run's trace from the run's status, creating the trace's row if
-    the exporter has not stored it yet: one statement.
+    """Set the status of the run's trace from the run's status (`trace_status`; a span with
+    an error, which the exporter may store at any moment, wins), creating the trace's row if
+    the exporter has not stored it yet.
 
     Give the run (with its conversation loaded) and the status it was just given to skip
     reading it back; with only an id, the run is read first.
@@ -40,7 +40,11 @@ def follow_run(run: AgentRun | int, status: str | None = None) -> None:
             row = _run_row(run, status)
             if row is None or not row["trace_id"]:
                 return
-            _upsert_trace(row, status_for_run(row["status"]), follow=True)
+            followed = trace_status(row["status"])
+            _insert_trace(row, followed)
+            Trace.objects.filter(trace_id=row["trace_id"]).update(
+                status=status_expression(Value(followed))
+            )
     except Exception:
         run_id = run.pk if isinstance(run, AgentRun) else run
         logger.exception("Tracing: the trace of run %s could not follow its status", run_id)
@@ -66,7 +70,7 @@ def record_decision(
         return
     try:
         with transaction.atomic():
-            _upsert_trace(_fields(run, run.status), TraceStatus.RUNNING, follow=False)
+            _insert_trace(_fields(run, run.status), TraceStatus.RUNNING)
             Span.objects.create(
                 span_id=gen_span_id(),
                 trace_id=run.trace_id,
@@ -114,49 +118,23 @@ def _decision(decision: ApprovalDecision, status: str) -> str:
     return "approve" if decision.approved else "reject"
 
 
-_TRACES = Trace._meta.db_table
-_SPANS = Span._meta.db_table
-
-
-def _upsert_trace(run: Mapping[str, Any], status: str, *, follow: bool) -> None:
-    """Insert the run's trace row unless it exists (never racing the exporter's insert of the
-    same trace); with `follow`, an existing row takes `status` too, or "error" when one of its
-    spans failed (the exporter may store an error span at any moment). Plain SQL: this runs in
-    every completion and pause, and the ORM's version cost ten times the statement."""
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
-    metadata = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
-    if follow:
-        conflict = (
-            f"UPDATE SET status = CASE WHEN EXISTS (SELECT 1 FROM {_SPANS} "
-            f"WHERE {_SPANS}.trace_id = excluded.trace_id AND {_SPANS}.error IS NOT NULL) "
-            f"THEN '{TraceStatus.ERROR.value}' ELSE excluded.status END"
-        )
-    else:
-        conflict = "NOTHING"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {_TRACES} (trace_id, workflow_name, group_id, metadata, status, "
-            f"total_tokens, run_id, created, updated) VALUES (%s, '', %s, {metadata}, %s, 0, "
-            f"%s, %s, %s) ON CONFLICT (trace_id) DO {conflict}",
-            [
-                run["trace_id"],
-                run["conversation__session_id"] or "",
-                json.dumps({"run_id": str(run["pk"]), "agent": run["agent_name"]}),
-                status,
-                run["pk"],
-                now,
-                now,
-            ],
-        )
+def _insert_trace(run: Mapping[str, Any], status: str) -> None:
+    """Insert the run's trace row unless it exists: never racing the exporter's insert of the
+    same trace, nor changing a row it stored."""
+    trace = Trace(
+        trace_id=run["trace_id"],
+        group_id=run["conversation__session_id"] or "",
+        metadata={"run_id": str(run["pk"]), "agent": run["agent_name"]},
+        status=status,
+        run_id=run["pk"],
+    )
+    Trace.objects.bulk_create([trace], ignore_conflicts=True)
 
 
 def _agent_span_id(trace_id: str, agent_name: str) -> str | None:
     """The first agent span of the trace, preferring one of the agent that asked."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT span_id FROM {_SPANS} WHERE trace_id = %s AND span_type = 'agent' "
-            "ORDER BY CASE WHEN name = %s THEN 0 ELSE 1 END, started_at, id LIMIT 1",
-            [trace_id, agent_name],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
+    spans = Span.objects.filter(trace_id=trace_id, span_type="agent")
+    first = spans.order_by(
+        Case(When(name=agent_name, then=Value(0)), default=Value(1)), "started_at", "pk"
+    )
+    return first.values_list("span_id", flat=True).first()
