@@ -53,8 +53,7 @@ from django.utils import timezone
 from agentsite.db.sql import placeholders
 from engine import events
 from tracing import redaction
-from tracing.models import TraceStatus
-from tracing.sql import statements
+from tracing.sql import new_trace, statements
 
 logger = logging.getLogger(__name__)
 
@@ -245,7 +244,7 @@ def _write(batch: _Batch) -> None:
             cursor.executemany(
                 sql.upsert_traces,
                 [
-                    _new_trace(
+                    new_trace(
                         trace.trace_id,
                         runs.by_trace.get(trace.trace_id)
                         or runs.existing(batch.run_ids.get(trace.trace_id)),
@@ -262,7 +261,7 @@ def _write(batch: _Batch) -> None:
         if unknown:
             cursor.executemany(
                 sql.insert_placeholders,
-                [_new_trace(key, runs.by_trace.get(key), now) for key in sorted(unknown)],
+                [new_trace(key, runs.by_trace.get(key), now) for key in sorted(unknown)],
             )
         if not spans:
             return
@@ -321,30 +320,6 @@ def _by_trace_id(trace: TraceRow) -> str:
 
 def _insert_spans(cursor: CursorWrapper, sql: str, rows: list[tuple[Any, ...]]) -> None:
     cursor.executemany(sql, rows)
-
-
-def _new_trace(
-    trace_id: str,
-    run_id: int | None,
-    now: Any,
-    workflow_name: str = "",
-    group_id: str = "",
-    metadata: dict[str, Any] | None = None,
-) -> tuple[Any, ...]:
-    """A new `Trace` row, in `tracing.sql.TRACE_FIELDS` order, with the model's defaults."""
-    return (
-        trace_id,
-        workflow_name,
-        group_id,
-        connection.ops.adapt_json_value({} if metadata is None else metadata, None),
-        None,
-        None,
-        TraceStatus.RUNNING.value,
-        0,
-        run_id,
-        now,
-        now,
-    )
 
 
 @dataclass

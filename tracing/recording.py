@@ -13,12 +13,14 @@ from typing import Any
 
 from agents.tracing import gen_span_id
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, Value, When
+from django.utils import timezone
 
 from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, ApprovalStatus
 from tracing import redaction
-from tracing.models import Span, Trace, TraceStatus, status_expression, trace_status
+from tracing.models import Span, TraceStatus, trace_status
+from tracing.sql import new_trace, statements
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ DECISION_SPAN_NAME = "approval decision"
 def follow_run(run: AgentRun | int, status: str | None = None) -> None:
     """Set the status of the run's trace from the run's status (`trace_status`; a span with
     an error, which the exporter may store at any moment, wins), creating the trace's row if
-    the exporter has not stored it yet.
+    the exporter has not stored it yet: one statement.
 
     Give the run (with its conversation loaded) and the status it was just given to skip
     reading it back; with only an id, the run is read first.
@@ -40,11 +42,7 @@ def follow_run(run: AgentRun | int, status: str | None = None) -> None:
             row = _run_row(run, status)
             if row is None or not row["trace_id"]:
                 return
-            followed = trace_status(row["status"])
-            _insert_trace(row, followed)
-            Trace.objects.filter(trace_id=row["trace_id"]).update(
-                status=status_expression(Value(followed))
-            )
+            _upsert_trace(row, trace_status(row["status"]), follow=True)
     except Exception:
         run_id = run.pk if isinstance(run, AgentRun) else run
         logger.exception("Tracing: the trace of run %s could not follow its status", run_id)
@@ -70,7 +68,7 @@ def record_decision(
         return
     try:
         with transaction.atomic():
-            _insert_trace(_fields(run, run.status), TraceStatus.RUNNING)
+            _upsert_trace(_fields(run, run.status), TraceStatus.RUNNING, follow=False)
             Span.objects.create(
                 span_id=gen_span_id(),
                 trace_id=run.trace_id,
@@ -118,17 +116,25 @@ def _decision(decision: ApprovalDecision, status: str) -> str:
     return "approve" if decision.approved else "reject"
 
 
-def _insert_trace(run: Mapping[str, Any], status: str) -> None:
-    """Insert the run's trace row unless it exists: never racing the exporter's insert of the
-    same trace, nor changing a row it stored."""
-    trace = Trace(
-        trace_id=run["trace_id"],
+def _upsert_trace(run: Mapping[str, Any], status: str, *, follow: bool) -> None:
+    """Insert the run's trace row with `status` unless it exists (never racing the exporter's
+    insert of the same trace); with `follow`, an existing row takes it too, by the rule: an
+    error span, which the exporter may store at any moment, wins. Plain SQL (tracing/sql.py
+    says why)."""
+    sql = statements()
+    row = new_trace(
+        run["trace_id"],
+        run["pk"],
+        connection.ops.adapt_datetimefield_value(timezone.now()),
         group_id=run["conversation__session_id"] or "",
         metadata={"run_id": str(run["pk"]), "agent": run["agent_name"]},
         status=status,
-        run_id=run["pk"],
     )
-    Trace.objects.bulk_create([trace], ignore_conflicts=True)
+    with connection.cursor() as cursor:
+        if follow:
+            cursor.execute(sql.follow_run, [*row, *sql.follow_run_params])
+        else:
+            cursor.execute(sql.insert_placeholders, row)
 
 
 def _agent_span_id(trace_id: str, agent_name: str) -> str | None:
