@@ -53,6 +53,7 @@ from conversations.models import Conversation
 from conversations.session import open_session
 from engine import events, executor, providers, registry
 from engine.executor import Job
+from engine.sql import statements
 from tracing import recording
 
 logger = logging.getLogger(__name__)
@@ -273,25 +274,22 @@ def _final_text(output: Any) -> str:
 def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
     now = timezone.now()
     run.trace_id = _trace_id(result) or run.trace_id
-    ops = connection.ops
-    stamp = ops.adapt_datetimefield_value(now)
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
         # Only a run that is still ours: one failed meanwhile (recovery, a crash handler)
-        # stays so. Plain SQL: it ends every turn.
-        cursor.execute(
-            _COMPLETE_SQL,
-            [
-                RunStatus.COMPLETED,
-                _final_text(result.final_output),
-                ops.adapt_json_value(_usage(result), None),
-                run.trace_id,
-                stamp,
-                stamp,
-                run.pk,
-                RunStatus.RUNNING,
-            ],
+        # stays so.
+        saved = (
+            AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.COMPLETED,
+                final_output=_final_text(result.final_output),
+                usage=_usage(result),
+                trace_id=run.trace_id,
+                state=None,
+                state_signature="",
+                finished=now,
+                updated=now,
+            )
+            == 1
         )
-        saved = cursor.rowcount == 1
         if saved:
             recording.follow_run(run, RunStatus.COMPLETED)
     if not saved:
@@ -433,56 +431,19 @@ async def _claim(run_id: int, expected: str, *, consume_state: bool = False) -> 
 
 def _claim_sync(run_id: int, expected: str, consume_state: bool) -> AgentRun | None:
     """Move the run from `expected` to running; only one caller ever wins."""
-    # One conditional UPDATE decides who wins; plain SQL, as it runs at every turn's start.
-    sql = f"UPDATE {_RUNS} SET status = %s, updated = %s"
-    params: list[Any] = [
-        RunStatus.RUNNING,
-        connection.ops.adapt_datetimefield_value(timezone.now()),
-    ]
-    if consume_state:
-        sql += ", state_consumed = %s"
-        params.append(True)
-    sql += " WHERE id = %s AND status = %s"
-    params += [run_id, expected]
-    if consume_state:
-        sql += " AND NOT state_consumed"
+    # One conditional UPDATE decides who wins (engine/sql.py says why it is plain SQL).
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    sql = statements()
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        if consume_state:
+            cursor.execute(sql.claim_state, [RunStatus.RUNNING, now, True, run_id, expected])
+        else:
+            cursor.execute(sql.claim, [RunStatus.RUNNING, now, run_id, expected])
         claimed = cursor.rowcount == 1
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
         return None
-    return _load_claimed(run_id)
-
-
-_RUNS = AgentRun._meta.db_table
-_CONVERSATIONS = Conversation._meta.db_table
-_COMPLETE_SQL = (
-    f"UPDATE {_RUNS} SET status = %s, final_output = %s, usage = %s, trace_id = %s, "
-    "state = NULL, state_signature = '', finished = %s, updated = %s "
-    "WHERE id = %s AND status = %s"
-)
-# The claimed run with what the engine needs of its conversation, in SQL written once
-# (compiling `select_related(...).get()` cost ten times running it).
-_CLAIMED_SQL = (
-    f"SELECT {_RUNS}.*, {_CONVERSATIONS}.session_id AS conversation__session_id, "
-    f"{_CONVERSATIONS}.owner_id AS conversation__owner_id FROM {_RUNS} "
-    f"JOIN {_CONVERSATIONS} ON {_CONVERSATIONS}.id = {_RUNS}.conversation_id "
-    f"WHERE {_RUNS}.id = %s"
-)
-
-
-def _load_claimed(run_id: int) -> AgentRun:
-    # A raw query still converts each column as the ORM would (JSON, times).
-    run = next(iter(AgentRun.objects.raw(_CLAIMED_SQL, [run_id])))
-    extra = vars(run)  # the two conversation columns, as attributes of the raw row
-    # The conversation's other fields load on first use, as deferred fields do.
-    run.conversation = Conversation.from_db(
-        connection.alias,
-        ["id", "session_id", "owner_id"],
-        [run.conversation_id, extra["conversation__session_id"], extra["conversation__owner_id"]],
-    )
-    return run
+    return AgentRun.objects.select_related("conversation").get(pk=run_id)
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
