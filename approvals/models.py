@@ -197,6 +197,10 @@ class ApprovalRequest(models.Model):
     def is_pending(self) -> bool:
         return self.status == ApprovalStatus.PENDING
 
+    def is_overdue(self, now: datetime | None = None) -> bool:
+        """Pending and past its expiry: what `overdue()` selects, for this request."""
+        return self.is_pending and self.expires_at <= (now or timezone.now())
+
     def arguments_display(self) -> str:
         return json.dumps(self.arguments, indent=2, ensure_ascii=False, sort_keys=True)
 

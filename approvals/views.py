@@ -23,7 +23,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
@@ -257,7 +256,7 @@ def panel_context(approval: ApprovalRequest, form: DecisionForm | None = None) -
         "decision": decision,
         "decision_form": form or DecisionForm(initial={"seen_hash": approval.arguments_hash}),
         "next_request": next_request,
-        "expired": approval.is_pending and approval.expires_at <= timezone.now(),
+        "expired": approval.is_overdue(),
     }
 
 

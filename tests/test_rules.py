@@ -77,6 +77,7 @@ def test_a_request_is_open_while_pending_and_before_its_expiry_then_overdue() ->
     _request(run, expires_at=now - timedelta(hours=1), status=ApprovalStatus.EXPIRED)
     assert list(ApprovalRequest.objects.open(now)) == [fresh]
     assert set(ApprovalRequest.objects.overdue(now)) == {at_expiry, past}
+    assert {r for r in ApprovalRequest.objects.all() if r.is_overdue(now)} == {at_expiry, past}
     assert decided not in ApprovalRequest.objects.pending()
     # Without a time given, both read the clock.
     assert set(ApprovalRequest.objects.open()) | set(ApprovalRequest.objects.overdue()) == {
