@@ -53,7 +53,7 @@ from conversations.models import Conversation
 from conversations.session import open_session
 from engine import events, executor, providers, registry
 from engine.executor import Job
-from engine.sql import claimed_run, statements
+from engine.sql import statements
 from tracing import recording
 
 logger = logging.getLogger(__name__)
@@ -431,8 +431,7 @@ async def _claim(run_id: int, expected: str, *, consume_state: bool = False) -> 
 
 def _claim_sync(run_id: int, expected: str, consume_state: bool) -> AgentRun | None:
     """Move the run from `expected` to running; only one caller ever wins."""
-    # One conditional UPDATE decides who wins; then the run is loaded (engine/sql.py says why
-    # both are plain SQL).
+    # One conditional UPDATE decides who wins (engine/sql.py says why it is plain SQL).
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     sql = statements()
     with connection.cursor() as cursor:
@@ -444,7 +443,7 @@ def _claim_sync(run_id: int, expected: str, consume_state: bool) -> AgentRun | N
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
         return None
-    return claimed_run(run_id)
+    return AgentRun.objects.select_related("conversation").get(pk=run_id)
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:

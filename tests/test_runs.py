@@ -532,22 +532,3 @@ async def test_a_decision_is_announced_to_every_inbox_after_commit(submitted: li
     assert message["event"]["status"] == "rejected"
     assert message["event"]["decided_by"] == "rita"
     assert message["event"]["message"] == "<b>no</b>"  # escaping is the page's job
-
-
-def test_the_claimed_run_loads_as_the_orm_loads_it(submitted: list) -> None:
-    from engine.sql import claimed_run
-
-    run = pause("cancel order 42")  # a saved state, usage, times: every kind of column
-    loaded = claimed_run(run.pk)
-    orm = AgentRun.objects.select_related("conversation").get(pk=run.pk)
-    fields = [field.attname for field in AgentRun._meta.concrete_fields]
-    assert [getattr(loaded, name) for name in fields] == [getattr(orm, name) for name in fields]
-    conversation = loaded.conversation
-    assert (conversation.pk, conversation.session_id, conversation.owner_id) == (
-        orm.conversation.pk,
-        orm.conversation.session_id,
-        orm.conversation.owner_id,
-    )
-    # The conversation's other fields load on first use.
-    assert conversation.get_deferred_fields() == {"agent_name", "title", "created", "updated"}
-    assert conversation.agent_name == orm.conversation.agent_name
