@@ -121,6 +121,10 @@ class ApprovalStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# Decided, by a reviewer or by the expiry: each has its decision, which the run resumes with.
+DECIDED_STATUSES = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED)
+
+
 class ApprovalOrigin(models.TextChoices):
     TOOL = "tool", "Tool"
     AGENT_AS_TOOL = "agent_as_tool", "Agent used as a tool"
@@ -196,6 +200,10 @@ class ApprovalRequest(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == ApprovalStatus.PENDING
+
+    @property
+    def is_decided(self) -> bool:
+        return self.status in DECIDED_STATUSES
 
     def is_overdue(self, now: datetime | None = None) -> bool:
         """Pending and past its expiry: what `overdue()` selects, for this request."""

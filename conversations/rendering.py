@@ -17,7 +17,7 @@ import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
-from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus
+from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from conversations.models import Conversation
 
 # --- Markdown ---------------------------------------------------------------------------------
@@ -301,13 +301,9 @@ def run_view(
     view = RunView(run=run, user_text=run.input, entries=entries)
     if run.status in (RunStatus.WAITING, RunStatus.RESUMING):
         for request in loaded.requests:
-            if request.status == ApprovalStatus.PENDING:
+            if request.is_pending:
                 view.waiting_for.append(request.call_display())
-            elif request.status in (
-                ApprovalStatus.APPROVED,
-                ApprovalStatus.REJECTED,
-                ApprovalStatus.EXPIRED,
-            ):
+            elif request.is_decided:
                 view.decided.append(
                     Decided(
                         call=request.call_display(),

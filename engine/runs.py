@@ -535,11 +535,7 @@ def _requests_with_decisions(run: AgentRun) -> dict[str, tuple[ApprovalRequest, 
     pairs: dict[str, tuple[ApprovalRequest, ApprovalDecision]] = {}
     for request in ApprovalRequest.objects.of_pause(run, run.pause_count):
         decision = request.decisions.order_by("-created", "-pk").first()
-        if decision is None or request.status not in (
-            ApprovalStatus.APPROVED,
-            ApprovalStatus.REJECTED,
-            ApprovalStatus.EXPIRED,
-        ):
+        if decision is None or not request.is_decided:
             raise RunFailure(
                 f"The request for {request.tool_name} has no decision; nothing was executed."
             )

@@ -139,3 +139,13 @@ def test_the_sql_rule_gives_what_the_python_rule_gives() -> None:
     # And the model reads it back the same way (from scratch: a trace starts running).
     fresh = Trace.objects.filter(status=TraceStatus.RUNNING).select_related("run")
     assert all(trace.derived_status() == trace.status for trace in fresh)
+
+
+def test_a_request_is_decided_once_approved_rejected_or_expired() -> None:
+    run = _run()
+    decided = {
+        status
+        for status in ApprovalStatus.values
+        if _request(run, status=status, expires_at=timezone.now()).is_decided
+    }
+    assert decided == {ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED}
