@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -41,23 +41,21 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# Working on it: queued for, or held by, an executor.
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING)
+# A conversation takes one message at a time: none while a run of it works or waits.
+BUSY_STATUSES = (*ACTIVE_STATUSES, RunStatus.WAITING)
 FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
 class AgentRunQuerySet(models.QuerySet["AgentRun"]):
-    def waiting(self) -> AgentRunQuerySet:
-        return self.filter(status=RunStatus.WAITING)
+    def busy(self) -> AgentRunQuerySet:
+        """Runs that keep their conversation from taking a new message."""
+        return self.filter(status__in=BUSY_STATUSES)
 
-    def active(self) -> AgentRunQuerySet:
-        return self.filter(status__in=ACTIVE_STATUSES)
-
-    def stuck(self, older_than: timedelta) -> AgentRunQuerySet:
-        """Runs that claim to be working but have not moved for `older_than`."""
-        return self.filter(
-            status__in=(RunStatus.RUNNING, RunStatus.RESUMING),
-            updated__lt=timezone.now() - older_than,
-        )
+    def stuck(self, cutoff: datetime) -> AgentRunQuerySet:
+        """Active runs that have not moved since `cutoff` (a live run beats every 30 s)."""
+        return self.filter(status__in=ACTIVE_STATUSES, updated__lt=cutoff)
 
 
 class AgentRun(models.Model):
@@ -104,6 +102,14 @@ class AgentRun(models.Model):
         return f"Run {self.pk} of {self.agent_name} ({self.get_status_display()})"
 
     @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def is_busy(self) -> bool:
+        return self.status in BUSY_STATUSES
+
+    @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 
@@ -116,6 +122,10 @@ class ApprovalStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# Decided, by a reviewer or by the expiry: each has its decision, which the run resumes with.
+DECIDED_STATUSES = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED)
+
+
 class ApprovalOrigin(models.TextChoices):
     TOOL = "tool", "Tool"
     AGENT_AS_TOOL = "agent_as_tool", "Agent used as a tool"
@@ -126,11 +136,13 @@ class ApprovalRequestQuerySet(models.QuerySet["ApprovalRequest"]):
     def pending(self) -> ApprovalRequestQuerySet:
         return self.filter(status=ApprovalStatus.PENDING)
 
-    def decided(self) -> ApprovalRequestQuerySet:
-        return self.filter(status__in=(ApprovalStatus.APPROVED, ApprovalStatus.REJECTED))
+    def open(self, now: datetime | None = None) -> ApprovalRequestQuerySet:
+        """Requests a reviewer can still decide: pending and not past their expiry."""
+        return self.pending().filter(expires_at__gt=now or timezone.now())
 
-    def overdue(self) -> ApprovalRequestQuerySet:
-        return self.pending().filter(expires_at__lte=timezone.now())
+    def overdue(self, now: datetime | None = None) -> ApprovalRequestQuerySet:
+        """Pending requests past their expiry: the sweep expires them."""
+        return self.pending().filter(expires_at__lte=now or timezone.now())
 
     def of_pause(self, run: AgentRun, pause: int) -> ApprovalRequestQuerySet:
         return self.filter(run=run, pause=pause)
@@ -189,6 +201,14 @@ class ApprovalRequest(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == ApprovalStatus.PENDING
+
+    @property
+    def is_decided(self) -> bool:
+        return self.status in DECIDED_STATUSES
+
+    def is_overdue(self, now: datetime | None = None) -> bool:
+        """Pending and past its expiry: what `overdue()` selects, for this request."""
+        return self.is_pending and self.expires_at <= (now or timezone.now())
 
     def arguments_display(self) -> str:
         return json.dumps(self.arguments, indent=2, ensure_ascii=False, sort_keys=True)

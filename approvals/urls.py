@@ -8,5 +8,5 @@ urlpatterns = [
     path("inbox/history/", views.history, name="inbox_history"),
     path("inbox/decide/", views.bulk_decide, name="inbox_bulk_decide"),
     path("inbox/<int:pk>/", views.request_detail, name="inbox_request"),
-    path("inbox/<int:pk>/decide/", views.decide, name="inbox_decide"),
+    path("inbox/<int:pk>/decide/", views.decide_request, name="inbox_decide"),
 ]

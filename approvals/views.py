@@ -21,7 +21,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
@@ -47,8 +46,8 @@ TRANSCRIPT_ITEMS = 60
 
 
 def open_requests() -> QuerySet[ApprovalRequest]:
-    """Requests a reviewer can still decide: pending and not past their expiry."""
-    return ApprovalRequest.objects.pending().filter(expires_at__gt=timezone.now())
+    """Requests a reviewer can still decide."""
+    return ApprovalRequest.objects.open()
 
 
 def with_people(requests: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
@@ -186,7 +185,7 @@ def panel_context(approval: ApprovalRequest, form: DecisionForm | None = None) -
         "decision": decision,
         "decision_form": form or DecisionForm(initial={"seen_hash": approval.arguments_hash}),
         "next_request": next_request,
-        "expired": approval.is_pending and approval.expires_at <= timezone.now(),
+        "expired": approval.is_overdue(),
     }
 
 
@@ -226,7 +225,7 @@ def _decided_message(approval: ApprovalRequest, approve: bool, always: bool) -> 
 @require_POST
 @login_required
 @reviewer_required
-def decide(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Approve, approve always (this run), or reject one request."""
     approval = _get_request_for_reviewer(request, pk)
     form = DecisionForm(request.POST)

@@ -19,10 +19,8 @@ from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
 from approvals.models import (
-    ACTIVE_STATUSES,
     AgentRun,
     ApprovalRequest,
-    ApprovalStatus,
     RunStatus,
 )
 from common import formatting
@@ -210,11 +208,11 @@ class RunView:
 
     @property
     def is_active(self) -> bool:
-        return self.run.status in (*ACTIVE_STATUSES, RunStatus.WAITING)
+        return self.run.is_busy
 
     @property
     def is_streaming(self) -> bool:
-        return self.run.status in ACTIVE_STATUSES
+        return self.run.is_active
 
     @property
     def reply_html(self) -> SafeString | None:
@@ -319,13 +317,9 @@ def run_view(
     view = RunView(run=run, user_text=run.input, entries=entries)
     if run.status in (RunStatus.WAITING, RunStatus.RESUMING):
         for request in loaded.requests:
-            if request.status == ApprovalStatus.PENDING:
+            if request.is_pending:
                 view.waiting_for.append(request.call_display())
-            elif request.status in (
-                ApprovalStatus.APPROVED,
-                ApprovalStatus.REJECTED,
-                ApprovalStatus.EXPIRED,
-            ):
+            elif request.is_decided:
                 view.decided.append(
                     Decided(
                         call=request.call_display(),

@@ -32,11 +32,11 @@ from agents.memory.session_settings import (
 from cryptography.fernet import InvalidToken
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from django.db.models import Subquery
 from django.utils import timezone
 
 from agentsite.db.hops import db_thread
 from conversations.models import Conversation, SessionItem
+from conversations.sql import statements
 
 logger = logging.getLogger(__name__)
 
@@ -114,40 +114,32 @@ class DjangoSession(SessionABC):
 
     # --- the synchronous halves, each run whole in one worker thread -----------------------
 
-    def _items(self) -> Any:
-        # A scalar subquery, not a join: the planner then knows it reads one conversation and
-        # walks the (conversation, id) index, where a join may walk every item of every
-        # conversation newest-first (PostgreSQL does).
-        conversation = (
-            Conversation.objects.filter(session_id=self.session_id).order_by().values("pk")[:1]
-        )
-        return SessionItem.objects.filter(conversation_id=Subquery(conversation))
-
     def _get_items_sync(self, limit: int | None) -> list[TResponseInputItem]:
-        # The hottest path of a turn, so its one query is plain SQL (the same the ORM would
-        # build from `_items()`): the ORM's own work cost about 20 times the query's.
+        # The hottest path of a turn, so its one query is plain SQL (conversations/sql.py
+        # says why).
         if limit is None or limit < 0:
             # SQLite reads a negative LIMIT as "no limit"; SQLiteSession inherits that.
-            rows = _fetch(_ALL_SQL, [self.session_id])
+            rows = _fetch(statements().all_items, [self.session_id])
         else:
-            rows = _fetch(_LAST_SQL, [self.session_id, limit])
+            rows = _fetch(statements().last_items, [self.session_id, limit])
             rows.reverse()
         return [
             json.loads(value) if isinstance(value, (str, bytes)) else value for (value,) in rows
         ]
 
     def _add_items_sync(self, items: list[TResponseInputItem]) -> None:
+        sql = statements()
         lean = _lean_transaction()
         if lean is not None and self._conversation_pk is not None:
             # SQLite, the conversation known: the two statements straight on the driver.
             now = connection.ops.adapt_datetimefield_value(timezone.now())
             with lean as cursor:
                 touched = cursor.execute(
-                    _TOUCH_BY_PK_SQL, [now, self._conversation_pk, self.session_id]
+                    sql.touch_by_pk, [now, self._conversation_pk, self.session_id]
                 )
                 if touched.rowcount == 1:
                     cursor.executemany(
-                        _INSERT_SQL,
+                        sql.insert_item,
                         [(self._conversation_pk, json.dumps(item), now) for item in items],
                     )
                     return
@@ -159,18 +151,19 @@ class DjangoSession(SessionABC):
             # One executemany, as SQLiteSession does; bulk_create's per-field preparation
             # cost more than the inserts themselves.
             cursor.executemany(
-                _INSERT_SQL, [(conversation_pk, json.dumps(item), now) for item in items]
+                sql.insert_item, [(conversation_pk, json.dumps(item), now) for item in items]
             )
 
     def _pop_sync(
         self, validate: Callable[[TResponseInputItem], None] | None
     ) -> TResponseInputItem | None:
+        pop = statements().pop_item
         lean = _lean_transaction()
         if lean is not None:
             # SQLite: its IMMEDIATE transaction serializes every writer, as SQLiteSession's
             # lock does, so the one statement is the whole pop.
             with lean as cursor:
-                return _validated(cursor.execute(_POP_SQL, [self.session_id]).fetchone(), validate)
+                return _validated(cursor.execute(pop, [self.session_id]).fetchone(), validate)
         with transaction.atomic(), connection.cursor() as cursor:
             if connection.vendor != "sqlite":
                 # Pops and appends of one conversation queue on its row lock.
@@ -179,7 +172,7 @@ class DjangoSession(SessionABC):
                     return None
             # Deleted and read in one statement; a failed `validate` rolls the deletion back
             # (the exception leaves the transaction).
-            cursor.execute(_POP_SQL, [self.session_id])
+            cursor.execute(pop, [self.session_id])
             return _validated(cursor.fetchone(), validate)
 
     def _clear_sync(self) -> None:
@@ -187,9 +180,7 @@ class DjangoSession(SessionABC):
             now = connection.ops.adapt_datetimefield_value(timezone.now())
             conversation_pk = self._lock_conversation(cursor, now, create=False)
             if conversation_pk is not None:
-                cursor.execute(
-                    f"DELETE FROM {_ITEMS} WHERE conversation_id = %s", [conversation_pk]
-                )
+                SessionItem.objects.filter(conversation_id=conversation_pk).delete()
 
     def _lock_conversation(self, cursor: Any, now: Any, *, create: bool) -> int | None:
         """Lock this conversation's row for the rest of the transaction and return its pk.
@@ -201,10 +192,10 @@ class DjangoSession(SessionABC):
         """
         if self._conversation_pk is not None:
             # The cached pk, checked: a conversation deleted meanwhile is looked up again.
-            cursor.execute(_TOUCH_BY_PK_SQL, [now, self._conversation_pk, self.session_id])
+            cursor.execute(statements().touch_by_pk, [now, self._conversation_pk, self.session_id])
             if cursor.rowcount == 1:
                 return self._conversation_pk
-        cursor.execute(_TOUCH_BY_SESSION_SQL, [now, self.session_id])
+        cursor.execute(statements().touch_by_session, [now, self.session_id])
         row = cursor.fetchone()
         if row is None and create:
             conversation, _ = Conversation.objects.get_or_create(
@@ -212,31 +203,11 @@ class DjangoSession(SessionABC):
                 defaults={"owner": self._owner, "agent_name": self._agent_name or ""},
             )
             # Created now, or by a concurrent writer a moment ago: lock it all the same.
-            cursor.execute(_TOUCH_BY_SESSION_SQL, [now, self.session_id])
+            cursor.execute(statements().touch_by_session, [now, self.session_id])
             row = cursor.fetchone()
             assert row is not None and row[0] == conversation.pk
         self._conversation_pk = row[0] if row is not None else None
         return self._conversation_pk
-
-
-_ITEMS = SessionItem._meta.db_table
-_CONVERSATIONS = Conversation._meta.db_table
-_WHERE = f"conversation_id = (SELECT id FROM {_CONVERSATIONS} WHERE session_id = %s)"
-_ALL_SQL = f"SELECT payload FROM {_ITEMS} WHERE {_WHERE} ORDER BY id"
-_LAST_SQL = f"SELECT payload FROM {_ITEMS} WHERE {_WHERE} ORDER BY id DESC LIMIT %s"
-_INSERT_SQL = (
-    f"INSERT INTO {_ITEMS} (conversation_id, payload, created) VALUES (%s, "
-    + ("%s::jsonb" if connection.vendor == "postgresql" else "%s")
-    + ", %s)"
-)
-_POP_SQL = (
-    f"DELETE FROM {_ITEMS} WHERE id = (SELECT id FROM {_ITEMS} WHERE {_WHERE} "
-    "ORDER BY id DESC LIMIT 1) RETURNING payload"
-)
-_TOUCH_BY_PK_SQL = f"UPDATE {_CONVERSATIONS} SET updated = %s WHERE id = %s AND session_id = %s"
-_TOUCH_BY_SESSION_SQL = (
-    f"UPDATE {_CONVERSATIONS} SET updated = %s WHERE session_id = %s RETURNING id"
-)
 
 
 def _validated(

@@ -33,8 +33,6 @@ from conversations.session import UnreadableSessionItem, open_session
 from engine import registry, runs
 from engine.permissions import is_reviewer
 
-# A conversation takes one message at a time: its agent is working or waits for a reviewer.
-BUSY_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.WAITING)
 BUSY_WORKING = "The agent is still answering your last message. Send this one when it has replied."
 BUSY_WAITING = (
     "Your last request is waiting for a reviewer's approval. You can send this message "
@@ -91,11 +89,9 @@ def _display_title(conversation: Conversation, history: History | None = None) -
 
 
 def _busy_message(conversation: Conversation) -> str | None:
-    status = (
-        AgentRun.objects.filter(conversation=conversation, status__in=BUSY_STATUSES)
-        .values_list("status", flat=True)
-        .first()
-    )
+    # A conversation takes one message at a time: its agent is working or waits for a reviewer.
+    busy = AgentRun.objects.filter(conversation=conversation).busy()
+    status = busy.values_list("status", flat=True).first()
     if status is None:
         return None
     return BUSY_WAITING if status == RunStatus.WAITING else BUSY_WORKING

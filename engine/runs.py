@@ -40,6 +40,7 @@ from openai.types.responses import ResponseTextDeltaEvent
 
 from agentsite.db.hops import db_hop
 from approvals.models import (
+    ACTIVE_STATUSES,
     AgentRun,
     ApprovalDecision,
     ApprovalOrigin,
@@ -54,6 +55,7 @@ from conversations.models import Conversation
 from conversations.session import open_session
 from engine import events, executor, permissions, providers, registry
 from engine.executor import Job
+from engine.sql import statements
 from tracing import recording
 
 if TYPE_CHECKING:
@@ -281,25 +283,22 @@ def _final_text(output: Any) -> str:
 def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
     now = timezone.now()
     run.trace_id = _trace_id(result) or run.trace_id
-    ops = connection.ops
-    stamp = ops.adapt_datetimefield_value(now)
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
         # Only a run that is still ours: one failed meanwhile (recovery, a crash handler)
-        # stays so. Plain SQL: it ends every turn.
-        cursor.execute(
-            _COMPLETE_SQL,
-            [
-                RunStatus.COMPLETED,
-                _final_text(result.final_output),
-                ops.adapt_json_value(_usage(result), None),
-                run.trace_id,
-                stamp,
-                stamp,
-                run.pk,
-                RunStatus.RUNNING,
-            ],
+        # stays so.
+        saved = (
+            AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.COMPLETED,
+                final_output=_final_text(result.final_output),
+                usage=_usage(result),
+                trace_id=run.trace_id,
+                state=None,
+                state_signature="",
+                finished=now,
+                updated=now,
+            )
+            == 1
         )
-        saved = cursor.rowcount == 1
         if saved:
             recording.follow_run(run, RunStatus.COMPLETED)
     if not saved:
@@ -402,56 +401,19 @@ async def _claim(run_id: int, expected: str, *, consume_state: bool = False) -> 
 
 def _claim_sync(run_id: int, expected: str, consume_state: bool) -> AgentRun | None:
     """Move the run from `expected` to running; only one caller ever wins."""
-    # One conditional UPDATE decides who wins; plain SQL, as it runs at every turn's start.
-    sql = f"UPDATE {_RUNS} SET status = %s, updated = %s"
-    params: list[Any] = [
-        RunStatus.RUNNING,
-        connection.ops.adapt_datetimefield_value(timezone.now()),
-    ]
-    if consume_state:
-        sql += ", state_consumed = %s"
-        params.append(True)
-    sql += " WHERE id = %s AND status = %s"
-    params += [run_id, expected]
-    if consume_state:
-        sql += " AND NOT state_consumed"
+    # One conditional UPDATE decides who wins (engine/sql.py says why it is plain SQL).
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    sql = statements()
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        if consume_state:
+            cursor.execute(sql.claim_state, [RunStatus.RUNNING, now, True, run_id, expected])
+        else:
+            cursor.execute(sql.claim, [RunStatus.RUNNING, now, run_id, expected])
         claimed = cursor.rowcount == 1
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
         return None
-    return _load_claimed(run_id)
-
-
-_RUNS = AgentRun._meta.db_table
-_CONVERSATIONS = Conversation._meta.db_table
-_COMPLETE_SQL = (
-    f"UPDATE {_RUNS} SET status = %s, final_output = %s, usage = %s, trace_id = %s, "
-    "state = NULL, state_signature = '', finished = %s, updated = %s "
-    "WHERE id = %s AND status = %s"
-)
-# The claimed run with what the engine needs of its conversation, in SQL written once
-# (compiling `select_related(...).get()` cost ten times running it).
-_CLAIMED_SQL = (
-    f"SELECT {_RUNS}.*, {_CONVERSATIONS}.session_id AS conversation__session_id, "
-    f"{_CONVERSATIONS}.owner_id AS conversation__owner_id FROM {_RUNS} "
-    f"JOIN {_CONVERSATIONS} ON {_CONVERSATIONS}.id = {_RUNS}.conversation_id "
-    f"WHERE {_RUNS}.id = %s"
-)
-
-
-def _load_claimed(run_id: int) -> AgentRun:
-    # A raw query still converts each column as the ORM would (JSON, times).
-    run = next(iter(AgentRun.objects.raw(_CLAIMED_SQL, [run_id])))
-    extra = vars(run)  # the two conversation columns, as attributes of the raw row
-    # The conversation's other fields load on first use, as deferred fields do.
-    run.conversation = Conversation.from_db(
-        connection.alias,
-        ["id", "session_id", "owner_id"],
-        [run.conversation_id, extra["conversation__session_id"], extra["conversation__owner_id"]],
-    )
-    return run
+    return AgentRun.objects.select_related("conversation").get(pk=run_id)
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
@@ -464,7 +426,7 @@ def _fail_sync(
     reason: str,
     result: RunResultStreaming | None = None,
     *,
-    from_statuses: tuple[str, ...] = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING),
+    from_statuses: tuple[str, ...] = ACTIVE_STATUSES,
     quiet_since: Any = None,
 ) -> bool:
     """Fail the run if it is still in one of `from_statuses`; True if this call failed it."""
@@ -482,11 +444,11 @@ def _fail_sync(
     with transaction.atomic():
         rows = AgentRun.objects.filter(pk=run_id, status__in=from_statuses)
         if quiet_since is not None:
-            rows = rows.filter(updated__lt=quiet_since)
+            rows = rows.stuck(quiet_since)
         failed = rows.update(**changes)
         if failed:
             # Whatever still waits in this run can no longer be decided.
-            ApprovalRequest.objects.filter(run_id=run_id, status=ApprovalStatus.PENDING).update(
+            ApprovalRequest.objects.filter(run_id=run_id).pending().update(
                 status=ApprovalStatus.CANCELLED
             )
             recording.follow_run(run_id)
@@ -543,11 +505,7 @@ def _requests_with_decisions(run: AgentRun) -> dict[str, tuple[ApprovalRequest, 
     pairs: dict[str, tuple[ApprovalRequest, ApprovalDecision]] = {}
     for request in ApprovalRequest.objects.of_pause(run, run.pause_count):
         decision = request.decisions.order_by("-created", "-pk").first()
-        if decision is None or request.status not in (
-            ApprovalStatus.APPROVED,
-            ApprovalStatus.REJECTED,
-            ApprovalStatus.EXPIRED,
-        ):
+        if decision is None or not request.is_decided:
             raise RunFailure(
                 f"The request for {request.tool_name} has no decision; nothing was executed."
             )
@@ -629,13 +587,15 @@ def decide(
     """
     if not permissions.is_reviewer(reviewer):
         raise DecisionRefused("You are not allowed to approve or reject tool calls.")
-    return _decide(request, reviewer, approve, message=message, always=always, seen_hash=seen_hash)
+    return _record_decision(
+        request, reviewer, approve, message=message, always=always, seen_hash=seen_hash
+    )
 
 
 adecide = sync_to_async(decide)
 
 
-def _decide(
+def _record_decision(
     request: ApprovalRequest | int,
     reviewer: User | None,
     approve: bool,
@@ -668,10 +628,10 @@ def _decide(
             if approve
             else ApprovalStatus.REJECTED
         )
-        pending = ApprovalRequest.objects.filter(pk=request_id, status=ApprovalStatus.PENDING)
-        if not expired:
-            pending = pending.filter(expires_at__gt=now)
-        if pending.update(status=status, decided_at=now, decided_by=reviewer) != 1:
+        # The sweep expires a request once it is overdue; a reviewer decides it while open.
+        requests = ApprovalRequest.objects.filter(pk=request_id)
+        decidable = requests.pending() if expired else requests.open(now)
+        if decidable.update(status=status, decided_at=now, decided_by=reviewer) != 1:
             _refuse(request_id, now)
         decision = ApprovalDecision.objects.create(
             request_id=request_id,
@@ -735,7 +695,7 @@ def expire_overdue() -> int:
     for request_id, created, expires_at in list(overdue):
         waited = formatting.span_in_words(expires_at - created)
         try:
-            _decide(
+            _record_decision(
                 request_id,
                 None,
                 False,
@@ -779,15 +739,14 @@ def recover_stuck_runs(older_than: timedelta | None = None) -> Recovery:
     cutoff = timezone.now() - older_than
     recovery = Recovery()
     reason = "Interrupted by a restart: the process running it stopped. Nothing was retried."
-    dead = AgentRun.objects.filter(status=RunStatus.RUNNING, updated__lt=cutoff)
+    stuck = AgentRun.objects.stuck(cutoff)
+    dead = stuck.filter(status=RunStatus.RUNNING)
     for run_id, conversation_id in list(dead.values_list("pk", "conversation_id")):
         # Conditional again: a run that beat since the listing is alive and stays so.
         if _fail_sync(run_id, reason, from_statuses=(RunStatus.RUNNING,), quiet_since=cutoff):
             recovery.failed += 1
             events.publish_sync([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
-    lost = AgentRun.objects.filter(
-        status__in=(RunStatus.QUEUED, RunStatus.RESUMING), updated__lt=cutoff, state_consumed=False
-    )
+    lost = stuck.exclude(status=RunStatus.RUNNING).filter(state_consumed=False)
     for run_id, status in list(lost.values_list("pk", "status")):
         executor.submit("execute" if status == RunStatus.QUEUED else "resume", run_id)
         recovery.resubmitted += 1

@@ -27,6 +27,7 @@ from tests.factories import make_conversation
 from tests.live import ROOT
 from tests.live import test_database_url as database_url
 from tracing import exporter as exporter_module
+from tracing import sql as tracing_sql
 from tracing.exporter import DatabaseExporter, make_processor
 from tracing.models import Span, Trace, TraceStatus
 
@@ -321,8 +322,8 @@ def raw_columns(model: type[Any], key: str, value: str, names: list[str]) -> tup
 
 def test_the_rows_hold_every_field_of_the_models() -> None:
     for model, names in (
-        (Trace, exporter_module.TRACE_FIELDS),
-        (Span, exporter_module.SPAN_FIELDS),
+        (Trace, tracing_sql.TRACE_FIELDS),
+        (Span, tracing_sql.SPAN_FIELDS),
     ):
         own = [f.name for f in model._meta.concrete_fields if not f.primary_key]
         assert sorted(names) == sorted(own), model
@@ -369,7 +370,7 @@ def test_it_stores_spans_and_traces_as_bulk_create_would(started: Any, ended: An
     Trace.objects.bulk_create([Trace(**trace_row._asdict())])
     Span.objects.bulk_create([Span(**span_row._asdict())])
 
-    span_names = [n for n in exporter_module.SPAN_FIELDS if n not in ("span_id", "trace")]
+    span_names = [n for n in tracing_sql.SPAN_FIELDS if n not in ("span_id", "trace")]
     assert raw_columns(Span, "span_id", span["id"], span_names) == raw_columns(
         Span, "span_id", "span_orm", span_names
     )

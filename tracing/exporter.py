@@ -15,8 +15,9 @@ each batch in one transaction with a bounded number of queries:
   trace pages grow while the run executes.
 
 Rows are tuples written with one `executemany` per statement, in SQL made once from the
-models (`bulk_create` prepared each field of each row, which cost more than the inserts), and
-masked by one `redaction.Cleaner` per batch, which cleans each distinct string once.
+models (`tracing.sql`: `bulk_create` prepared each field of each row, which cost more than the
+inserts), and masked by one `redaction.Cleaner` per batch, which cleans each distinct string
+once.
 
 `export` never raises and never runs on an event loop. `install()` registers the processor
 once, at startup (`TracingConfig.ready`).
@@ -27,7 +28,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from collections.abc import Callable, Sized
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeGuard
@@ -44,17 +45,15 @@ from django.db import (
     OperationalError,
     close_old_connections,
     connection,
-    models,
     transaction,
 )
 from django.db.backends.utils import CursorWrapper
-from django.db.models.constants import OnConflict
 from django.utils import timezone
 
-from approvals.models import AgentRun
+from agentsite.db.sql import placeholders
 from engine import events
 from tracing import redaction
-from tracing.models import SPAN_FIELDS, Span, Trace, TraceStatus
+from tracing.sql import new_trace, statements
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +214,7 @@ def _announce(trace_ids: set[str]) -> None:
     try:
         keys = sorted(trace_ids)
         with connection.cursor() as cursor:
-            cursor.execute(_sql().announce.format(keys=_placeholders(keys)), keys)
+            cursor.execute(statements().announce.format(keys=placeholders(len(keys))), keys)
             rows = cursor.fetchall()
         updates = [
             events.TraceUpdated(trace_id=trace_id, status=status, span_count=count)
@@ -232,11 +231,11 @@ def _only(mapping: dict[str, int], key: str) -> dict[str, int]:
 
 def _write(batch: _Batch) -> None:
     """One transaction, a query per table: rows go as tuples, in one `executemany` each, with
-    SQL made once from the models (`_Statements`); `bulk_create`'s preparation of each field
+    SQL made once from the models (`tracing.sql`); `bulk_create`'s preparation of each field
     of each row cost more than the inserts."""
     spans = batch.spans.values()
     span_trace_ids = {span.trace_id for span in spans}
-    sql = _sql()
+    sql = statements()
     ops = connection.ops
     with transaction.atomic(), connection.cursor() as cursor:
         runs = _runs_of(cursor, set(batch.traces) | span_trace_ids, set(batch.run_ids.values()))
@@ -245,7 +244,7 @@ def _write(batch: _Batch) -> None:
             cursor.executemany(
                 sql.upsert_traces,
                 [
-                    _new_trace(
+                    new_trace(
                         trace.trace_id,
                         runs.by_trace.get(trace.trace_id)
                         or runs.existing(batch.run_ids.get(trace.trace_id)),
@@ -262,7 +261,7 @@ def _write(batch: _Batch) -> None:
         if unknown:
             cursor.executemany(
                 sql.insert_placeholders,
-                [_new_trace(key, runs.by_trace.get(key), now) for key in sorted(unknown)],
+                [new_trace(key, runs.by_trace.get(key), now) for key in sorted(unknown)],
             )
         if not spans:
             return
@@ -287,14 +286,12 @@ def _write(batch: _Batch) -> None:
                 for span in spans
             ],
         )
-        failed = {span.trace_id for span in spans if span.error is not None}
-        # Not a run of ours (those follow their run): done once its root span ended.
-        finished = {span.trace_id for span in spans if span.parent_id is None}
-        # Each trace's first start, last end and token total, from all its spans; a span with
-        # an error fails the trace; a root span ends a foreign trace still running.
+        # Each trace's first start, last end and token total, from all its spans, and its
+        # status by the rule: a span with an error fails the trace; a root span ends a
+        # foreign trace still running (a run's trace follows its run, by the engine).
         cursor.executemany(
             sql.update_trace,
-            [(now, key in failed, key in finished, key) for key in sorted(span_trace_ids)],
+            [sql.update_trace_row(now, key) for key in sorted(span_trace_ids)],
         )
 
 
@@ -325,153 +322,6 @@ def _insert_spans(cursor: CursorWrapper, sql: str, rows: list[tuple[Any, ...]]) 
     cursor.executemany(sql, rows)
 
 
-def _new_trace(
-    trace_id: str,
-    run_id: int | None,
-    now: Any,
-    workflow_name: str = "",
-    group_id: str = "",
-    metadata: dict[str, Any] | None = None,
-) -> tuple[Any, ...]:
-    """A new `Trace` row, in `TRACE_FIELDS` order, with the model's defaults."""
-    return (
-        trace_id,
-        workflow_name,
-        group_id,
-        connection.ops.adapt_json_value({} if metadata is None else metadata, None),
-        None,
-        None,
-        TraceStatus.RUNNING.value,
-        0,
-        run_id,
-        now,
-        now,
-    )
-
-
-# The fields the exporter writes, in the order of its rows: all of each model's own but the
-# primary key (a test holds them to the models); a span's are `SPAN_FIELDS`.
-TRACE_FIELDS = (
-    "trace_id",
-    "workflow_name",
-    "group_id",
-    "metadata",
-    "started_at",
-    "ended_at",
-    "status",
-    "total_tokens",
-    "run",
-    "created",
-    "updated",
-)
-# What a trace delivered again updates (never its status, which the engine owns).
-TRACE_UPSERT_FIELDS = ("workflow_name", "group_id", "metadata", "run", "updated")
-
-
-@dataclass(frozen=True)
-class _Statements:
-    upsert_traces: str
-    insert_placeholders: str
-    insert_spans: str
-    update_trace: str
-    runs: str  # + " OR ".join(runs_by_trace, runs_by_pk), {keys} made placeholders
-    runs_by_trace: str
-    runs_by_pk: str
-    run_pk_range: tuple[int | None, int | None]
-    announce: str  # {keys}: placeholders
-
-
-_statements: dict[str, _Statements] = {}
-
-
-def _sql() -> _Statements:
-    """The exporter's SQL for this database, made once from the models' `_meta`."""
-    made = _statements.get(connection.vendor)
-    if made is None:
-        made = _statements[connection.vendor] = _make_statements()
-    return made
-
-
-def _column(model: type[models.Model], name: str) -> str:
-    field = model._meta.get_field(name)
-    assert isinstance(field, models.Field) and field.column
-    return str(field.column)
-
-
-def _insert(model: type[models.Model], names: tuple[str, ...], on_conflict: OnConflict) -> str:
-    """The INSERT of `bulk_create(ignore_conflicts=True)` or, for traces, of
-    `bulk_create(update_conflicts=True, unique_fields=["trace_id"],
-    update_fields=TRACE_UPSERT_FIELDS)`, with the database's own conflict clause (`INSERT OR
-    IGNORE` on SQLite, `ON CONFLICT DO NOTHING` on PostgreSQL, `ON CONFLICT (...) DO UPDATE`
-    on both)."""
-    ops = connection.ops
-    columns = [_column(model, name) for name in names]
-    updating = on_conflict == OnConflict.UPDATE
-    suffix = ops.on_conflict_suffix_sql(
-        [model._meta.get_field(name) for name in names],
-        on_conflict,
-        [_column(model, name) for name in TRACE_UPSERT_FIELDS] if updating else None,
-        [_column(model, "trace_id")] if updating else None,
-    )
-    return (
-        f"{ops.insert_statement(on_conflict=on_conflict)} {ops.quote_name(model._meta.db_table)} "
-        f"({', '.join(map(ops.quote_name, columns))}) "
-        f"VALUES ({_placeholders(columns)}) {suffix}"
-    ).strip()
-
-
-def _make_statements() -> _Statements:
-    ops = connection.ops
-
-    def q(model: type[models.Model], name: str) -> str:
-        return f"{ops.quote_name(model._meta.db_table)}.{ops.quote_name(_column(model, name))}"
-
-    traces = ops.quote_name(Trace._meta.db_table)
-    spans = ops.quote_name(Span._meta.db_table)
-    assert Span._meta.pk is not None and AgentRun._meta.pk is not None
-    spans_of_trace = f"FROM {spans} WHERE {q(Span, 'trace')} = {q(Trace, 'trace_id')}"
-    status = q(Trace, "status")
-    return _Statements(
-        upsert_traces=_insert(Trace, TRACE_FIELDS, OnConflict.UPDATE),
-        insert_placeholders=_insert(Trace, TRACE_FIELDS, OnConflict.IGNORE),
-        insert_spans=_insert(Span, SPAN_FIELDS, OnConflict.IGNORE),
-        # Params: updated, failed, finished, trace id.
-        update_trace=(
-            f"UPDATE {traces} SET "
-            f"{ops.quote_name(_column(Trace, 'started_at'))} = "
-            f"(SELECT MIN({q(Span, 'started_at')}) {spans_of_trace}), "
-            f"{ops.quote_name(_column(Trace, 'ended_at'))} = "
-            f"(SELECT MAX({q(Span, 'ended_at')}) {spans_of_trace}), "
-            f"{ops.quote_name(_column(Trace, 'total_tokens'))} = "
-            f"COALESCE((SELECT SUM({q(Span, 'total_tokens')}) {spans_of_trace}), 0), "
-            f"{ops.quote_name(_column(Trace, 'updated'))} = %s, "
-            f"{ops.quote_name(_column(Trace, 'status'))} = CASE "
-            f"WHEN %s THEN '{TraceStatus.ERROR.value}' "
-            f"WHEN %s AND {q(Trace, 'run')} IS NULL "
-            f"AND {status} = '{TraceStatus.RUNNING.value}' THEN '{TraceStatus.OK.value}' "
-            f"ELSE {status} END "
-            f"WHERE {q(Trace, 'trace_id')} = %s"
-        ),
-        runs=(
-            f"SELECT {q(AgentRun, AgentRun._meta.pk.name)}, {q(AgentRun, 'trace_id')} "
-            f"FROM {ops.quote_name(AgentRun._meta.db_table)} WHERE "
-        ),
-        runs_by_trace=f"{q(AgentRun, 'trace_id')} IN ({{keys}})",
-        runs_by_pk=f"{q(AgentRun, AgentRun._meta.pk.name)} IN ({{keys}})",
-        run_pk_range=ops.integer_field_range(AgentRun._meta.pk.get_internal_type()),
-        announce=(
-            f"SELECT {q(Trace, 'trace_id')}, {status}, COUNT({q(Span, Span._meta.pk.name)}) "
-            f"FROM {traces} LEFT JOIN {spans} ON {q(Span, 'trace')} = {q(Trace, 'trace_id')} "
-            f"WHERE {q(Trace, 'trace_id')} IN ({{keys}}) "
-            f"GROUP BY {q(Trace, 'trace_id')}, {status}"
-        ),
-    )
-
-
-def _placeholders(values: Sized) -> str:
-    return ", ".join(["%s"] * len(values))
-
-
 @dataclass
 class _Runs:
     by_trace: dict[str, int]
@@ -484,7 +334,7 @@ class _Runs:
 def _runs_of(cursor: CursorWrapper, trace_ids: set[str], run_ids: set[int]) -> _Runs:
     """The runs these traces belong to: by the trace id the engine chose, else by the
     `run_id` in the trace's metadata (only if that run exists: a foreign key must hold)."""
-    sql = _sql()
+    sql = statements()
     # A run id out of the primary key's range names no run (and SQLite refuses it).
     low, high = sql.run_pk_range
     pk_keys = sorted(
@@ -492,7 +342,7 @@ def _runs_of(cursor: CursorWrapper, trace_ids: set[str], run_ids: set[int]) -> _
     )
     trace_keys = sorted(trace_ids)
     conditions = [
-        template.format(keys=_placeholders(keys))
+        template.format(keys=placeholders(len(keys)))
         for template, keys in ((sql.runs_by_trace, trace_keys), (sql.runs_by_pk, pk_keys))
         if keys
     ]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
+from django.db.models.expressions import Combinable
 
 from approvals.models import AgentRun, RunStatus
 
@@ -21,16 +23,54 @@ class TraceStatus(models.TextChoices):
     ERROR = "error", "Error"
 
 
-def status_for_run(run_status: str, *, has_error: bool = False) -> str:
-    """The status of a run's trace: error when the run failed (or was cancelled) or any
-    span has an error; otherwise it follows the run."""
-    if has_error or run_status in (RunStatus.FAILED, RunStatus.CANCELLED):
+# A run's trace follows its run: the trace's status for each status of the run (any other,
+# queued to resuming: running).
+RUN_TRACE_STATUS: dict[str, TraceStatus] = {
+    RunStatus.WAITING: TraceStatus.WAITING,
+    RunStatus.COMPLETED: TraceStatus.OK,
+    RunStatus.FAILED: TraceStatus.ERROR,
+    RunStatus.CANCELLED: TraceStatus.ERROR,
+}
+
+
+def trace_status(
+    run_status: str | None,
+    *,
+    has_error: bool = False,
+    has_root: bool = False,
+    stored: str = TraceStatus.RUNNING,
+) -> str:
+    """The rule of a trace's status (`status_expression` is the same rule in SQL).
+
+    A span with an error fails the trace. Otherwise a run's trace follows its run
+    (`RUN_TRACE_STATUS`); any other trace, still running, is done once its root span (it
+    ends last) has arrived, and else keeps its `stored` status.
+    """
+    if has_error:
         return TraceStatus.ERROR
-    if run_status == RunStatus.WAITING:
-        return TraceStatus.WAITING
-    if run_status == RunStatus.COMPLETED:
+    if run_status is not None:
+        return RUN_TRACE_STATUS.get(run_status, TraceStatus.RUNNING)
+    if has_root and stored == TraceStatus.RUNNING:
         return TraceStatus.OK
-    return TraceStatus.RUNNING
+    return stored
+
+
+def status_expression(run_trace_status: Combinable) -> Case:
+    """`trace_status` as SQL, for an UPDATE of traces: the new status of each row.
+
+    `run_trace_status` is what a run's trace takes: its run's status through
+    `RUN_TRACE_STATUS`, or `F("status")` where the engine owns it (the exporter's writes).
+    """
+    spans = Span.objects.filter(trace=OuterRef("trace_id"))
+    return Case(
+        When(Exists(spans.filter(error__isnull=False)), then=Value(TraceStatus.ERROR.value)),
+        When(run__isnull=False, then=run_trace_status),
+        When(
+            Q(status=TraceStatus.RUNNING.value) & Exists(spans.filter(parent_id__isnull=True)),
+            then=Value(TraceStatus.OK.value),
+        ),
+        default=F("status"),
+    )
 
 
 class Trace(models.Model):
@@ -67,16 +107,12 @@ class Trace(models.Model):
 
     def derived_status(self) -> str:
         """What `status` should be, read from the run and the spans (the stored field is kept
-        in sync by the engine and the exporter; this is the rule they follow)."""
-        has_error = self.spans.filter(error__isnull=False).exists()
-        if self.run is not None:
-            return status_for_run(self.run.status, has_error=has_error)
-        if has_error:
-            return TraceStatus.ERROR
-        # Not a run of ours: done once a root span (it ends last) has arrived.
-        if self.spans.filter(parent_id__isnull=True).exists():
-            return TraceStatus.OK
-        return TraceStatus.RUNNING
+        in sync by the engine and the exporter; `trace_status` is the rule they follow)."""
+        return trace_status(
+            self.run.status if self.run is not None else None,
+            has_error=self.spans.filter(error__isnull=False).exists(),
+            has_root=self.spans.filter(parent_id__isnull=True).exists(),
+        )
 
     @property
     def duration_seconds(self) -> float | None:

@@ -7,7 +7,6 @@ is logged and never undoes (or fails) a run's pause, completion or decision.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -15,11 +14,13 @@ from typing import Any
 from agents.tracing import gen_span_id
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, ApprovalStatus
 from tracing import redaction
-from tracing.models import Span, Trace, TraceStatus, status_for_run
+from tracing.models import Span, TraceStatus, trace_status
+from tracing.sql import new_trace, statements
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ DECISION_SPAN_NAME = "approval decision"
 
 
 def follow_run(run: AgentRun | int, status: str | None = None) -> None:
-    """Set the status of the run's trace from the run's status, creating the trace's row if
+    """Set the status of the run's trace from the run's status (`trace_status`; a span with
+    an error, which the exporter may store at any moment, wins), creating the trace's row if
     the exporter has not stored it yet: one statement.
 
     Give the run (with its conversation loaded) and the status it was just given to skip
@@ -40,7 +42,7 @@ def follow_run(run: AgentRun | int, status: str | None = None) -> None:
             row = _run_row(run, status)
             if row is None or not row["trace_id"]:
                 return
-            _upsert_trace(row, status_for_run(row["status"]), follow=True)
+            _upsert_trace(row, trace_status(row["status"]), follow=True)
     except Exception:
         run_id = run.pk if isinstance(run, AgentRun) else run
         logger.exception("Tracing: the trace of run %s could not follow its status", run_id)
@@ -114,49 +116,31 @@ def _decision(decision: ApprovalDecision, status: str) -> str:
     return "approve" if decision.approved else "reject"
 
 
-_TRACES = Trace._meta.db_table
-_SPANS = Span._meta.db_table
-
-
 def _upsert_trace(run: Mapping[str, Any], status: str, *, follow: bool) -> None:
-    """Insert the run's trace row unless it exists (never racing the exporter's insert of the
-    same trace); with `follow`, an existing row takes `status` too, or "error" when one of its
-    spans failed (the exporter may store an error span at any moment). Plain SQL: this runs in
-    every completion and pause, and the ORM's version cost ten times the statement."""
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
-    metadata = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
-    if follow:
-        conflict = (
-            f"UPDATE SET status = CASE WHEN EXISTS (SELECT 1 FROM {_SPANS} "
-            f"WHERE {_SPANS}.trace_id = excluded.trace_id AND {_SPANS}.error IS NOT NULL) "
-            f"THEN '{TraceStatus.ERROR.value}' ELSE excluded.status END"
-        )
-    else:
-        conflict = "NOTHING"
+    """Insert the run's trace row with `status` unless it exists (never racing the exporter's
+    insert of the same trace); with `follow`, an existing row takes it too, by the rule: an
+    error span, which the exporter may store at any moment, wins. Plain SQL (tracing/sql.py
+    says why)."""
+    sql = statements()
+    row = new_trace(
+        run["trace_id"],
+        run["pk"],
+        connection.ops.adapt_datetimefield_value(timezone.now()),
+        group_id=run["conversation__session_id"] or "",
+        metadata={"run_id": str(run["pk"]), "agent": run["agent_name"]},
+        status=status,
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {_TRACES} (trace_id, workflow_name, group_id, metadata, status, "
-            f"total_tokens, run_id, created, updated) VALUES (%s, '', %s, {metadata}, %s, 0, "
-            f"%s, %s, %s) ON CONFLICT (trace_id) DO {conflict}",
-            [
-                run["trace_id"],
-                run["conversation__session_id"] or "",
-                json.dumps({"run_id": str(run["pk"]), "agent": run["agent_name"]}),
-                status,
-                run["pk"],
-                now,
-                now,
-            ],
-        )
+        if follow:
+            cursor.execute(sql.follow_run, [*row, *sql.follow_run_params])
+        else:
+            cursor.execute(sql.insert_placeholders, row)
 
 
 def _agent_span_id(trace_id: str, agent_name: str) -> str | None:
     """The first agent span of the trace, preferring one of the agent that asked."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT span_id FROM {_SPANS} WHERE trace_id = %s AND span_type = 'agent' "
-            "ORDER BY CASE WHEN name = %s THEN 0 ELSE 1 END, started_at, id LIMIT 1",
-            [trace_id, agent_name],
-        )
-        row = cursor.fetchone()
-    return row[0] if row else None
+    spans = Span.objects.filter(trace_id=trace_id, span_type="agent")
+    first = spans.order_by(
+        Case(When(name=agent_name, then=Value(0)), default=Value(1)), "started_at", "pk"
+    )
+    return first.values_list("span_id", flat=True).first()

@@ -30,7 +30,7 @@ from common.http import HtmxHttpRequest
 from engine import events, permissions
 from tracing import tree as trees
 from tracing.forms import TraceFilterForm, make_cursor, registered_workflow
-from tracing.models import SPAN_PLACE_FIELDS, Span, Trace, status_for_run
+from tracing.models import SPAN_PLACE_FIELDS, Span, Trace, trace_status
 from tracing.recording import DECISION_SPAN_NAME
 
 PAGE_SIZE = 50
@@ -69,7 +69,7 @@ def _get_trace_for_viewer(request: HttpRequest, trace_id: str) -> Trace:
         trace_id=trace_id,
         run=run,
         group_id=run.conversation.session_id,
-        status=status_for_run(run.status),
+        status=trace_status(run.status),
         metadata={"run_id": str(run.pk), "agent": run.agent_name},
     )
 

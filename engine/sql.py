@@ -1,0 +1,39 @@
+"""The run engine's plain SQL: the claim of a run, made once per database from the model
+(`agentsite.db.sql`).
+
+Why plain SQL: every turn starts with a claim (`execute` and `resume`), one conditional
+UPDATE that decides which caller wins; the ORM's compilation of that UPDATE cost several
+times running it. The benchmark row is "turn overhead: one turn, one tool call" (goal ≤ 1.5×
+the bare SDK, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentsite.db.sql import column, per_vendor, table
+from approvals.models import AgentRun
+
+
+@dataclass(frozen=True)
+class Statements:
+    # Params: new status, updated, run id, expected status (turn overhead).
+    claim: str
+    # The same, and the state taken, once: params: new status, updated, True, run id,
+    # expected status (turn overhead; pause and resume).
+    claim_state: str
+
+
+@per_vendor
+def statements() -> Statements:
+    assert AgentRun._meta.pk is not None
+    status, consumed = column(AgentRun, "status"), column(AgentRun, "state_consumed")
+    changes = f"{status} = %s, {column(AgentRun, 'updated')} = %s"
+    where = f"{column(AgentRun, AgentRun._meta.pk.name)} = %s AND {status} = %s"
+    runs = table(AgentRun)
+    return Statements(
+        claim=f"UPDATE {runs} SET {changes} WHERE {where}",
+        claim_state=(
+            f"UPDATE {runs} SET {changes}, {consumed} = %s WHERE {where} AND NOT {consumed}"
+        ),
+    )
