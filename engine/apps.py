@@ -10,6 +10,9 @@ class EngineConfig(AppConfig):
     def ready(self) -> None:
         # The composition root: the executor knows nothing of the engine; it is handed the
         # engine's job runner, the task enqueuer and the sweeper here, once.
-        from engine import executor, runs, sweeper, tasks
+        from engine import events, executor, runs, sweeper, tasks
+        from tracing import exporter
 
         executor.configure(runner=runs.run_job, enqueue=tasks.enqueue, on_server_loop=sweeper.start)
+        # The exporter knows nothing of the channel layer: the engine tells the pages.
+        exporter.on_stored(events.traces_stored)

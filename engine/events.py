@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -127,6 +127,15 @@ class TraceUpdated(Event):
     def groups(self) -> list[str]:
         group = trace_group(self.trace_id)
         return [group] if group else []
+
+
+def traces_stored(stored: Iterable[Any]) -> None:
+    """The trace exporter's listener (wired in `engine.apps`): each stored trace's open pages
+    hear of it. `stored` holds `tracing.exporter.StoredTrace`s."""
+    publish_threadsafe(
+        TraceUpdated(trace_id=item.trace_id, status=item.status, span_count=item.span_count)
+        for item in stored
+    )
 
 
 async def publish(events: Iterable[Event]) -> None:

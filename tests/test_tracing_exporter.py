@@ -536,3 +536,23 @@ def test_it_stores_what_is_queued_when_the_process_exits() -> None:
     assert list(row.spans.values_list("name", flat=True)) == ["last words"]
     assert row.status == TraceStatus.OK
     assert row.duration_seconds is not None and row.duration_seconds < 5
+
+
+def test_a_failing_listener_of_stored_traces_costs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    heard: list[list[exporter_module.StoredTrace]] = []
+
+    def broken(stored: list[exporter_module.StoredTrace]) -> None:
+        raise RuntimeError("a listener broke")
+
+    exporter_module.on_stored(broken)
+    exporter_module.on_stored(heard.append)
+    try:
+        with caplog.at_level("ERROR", logger="tracing.exporter"):
+            exporter_module._tell([exporter_module.StoredTrace("trace_1", "ok", 3)])
+    finally:
+        exporter_module._listeners.remove(broken)
+        exporter_module._listeners.remove(heard.append)
+    assert heard == [[exporter_module.StoredTrace("trace_1", "ok", 3)]]
+    assert "a listener of stored traces failed" in caplog.text

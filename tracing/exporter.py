@@ -11,8 +11,9 @@ each batch in one transaction with a bounded number of queries:
 - spans are inserted in bulk, duplicates ignored;
 - the touched traces' start, end and token total are recomputed from their spans, in one
   UPDATE statement that also marks a trace with an error span as failed;
-- once committed, each touched trace is announced (`events.TraceUpdated`), so its open
-  trace pages grow while the run executes.
+- once committed, each touched trace is told to the listeners (`on_stored`): the engine
+  registers one at startup that publishes `events.TraceUpdated`, so open trace pages grow
+  while the run executes. The exporter itself knows nothing of the channel layer.
 
 Rows are tuples written with one `executemany` per statement, in SQL made once from the
 models (`tracing.sql`: `bulk_create` prepared each field of each row, which cost more than the
@@ -51,7 +52,6 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from agentsite.db.sql import placeholders
-from engine import events
 from tracing import redaction
 from tracing.sql import new_trace, statements
 
@@ -206,21 +206,45 @@ class DatabaseExporter(TracingExporter):
         self.stats.dropped_items += count
 
 
+class StoredTrace(NamedTuple):
+    """What a listener hears of a trace a batch touched, once the batch is committed."""
+
+    trace_id: str
+    status: str
+    span_count: int
+
+
+StoredListener = Callable[[list[StoredTrace]], object]
+_listeners: list[StoredListener] = []
+
+
+def on_stored(listener: StoredListener) -> None:
+    """Call `listener` (from the exporter's thread, after commit) with the traces each batch
+    touched. Registered once at startup by the composition root (`engine.apps`)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def _tell(stored: list[StoredTrace]) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(stored)
+        except Exception:
+            logger.exception("[non-fatal] Tracing: a listener of stored traces failed")
+
+
 def _announce(trace_ids: set[str]) -> None:
-    """Tell the touched traces' open pages, once what was written is committed. A lost
-    announcement costs nothing: pages re-read the trace when their socket reconnects."""
-    if not trace_ids:
+    """Tell the listeners which traces were stored, once what was written is committed. A
+    lost announcement costs nothing: pages re-read the trace when their socket reconnects."""
+    if not trace_ids or not _listeners:
         return
     try:
         keys = sorted(trace_ids)
         with connection.cursor() as cursor:
             cursor.execute(statements().announce.format(keys=placeholders(len(keys))), keys)
             rows = cursor.fetchall()
-        updates = [
-            events.TraceUpdated(trace_id=trace_id, status=status, span_count=count)
-            for trace_id, status, count in rows
-        ]
-        transaction.on_commit(lambda: events.publish_threadsafe(updates))
+        stored = [StoredTrace(trace_id, status, count) for trace_id, status, count in rows]
+        transaction.on_commit(lambda: _tell(stored))
     except Exception:
         logger.exception("Tracing: the stored traces could not be announced")
 
