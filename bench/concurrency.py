@@ -41,7 +41,7 @@ class Observed:
     time, so near 100 % of one core means the runs wait for the interpreter, not the model),
     and the time agentsite's SQLite writers waited for their turn: every write (a
     transaction, the session store's lean transactions, a single write statement) first takes
-    the process's write lock (`agentsite/sqlite/base.py`), so that wait is all the waiting
+    the process's write lock (`agentsite/db/sqlite/base.py`), so that wait is all the waiting
     for other writers of this process that SQLite would otherwise do in its busy handler."""
 
     def __init__(self) -> None:
