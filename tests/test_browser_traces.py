@@ -13,46 +13,31 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 from playwright.sync_api import expect
 
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from demo.seed import seed_orders
 from engine import runs
-from tests.browser import log_in
+from tests.browser import in_thread, log_in
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_reviewer, make_user
-from tests.test_trace_views import (
-    HANDOFF_AND_TOOLS,
+from tests.factories import (
+    make_conversation,
+    make_reviewer,
     make_span,
     make_trace,
+    make_user,
     make_viewer,
-    script_demo_model,
 )
+from tests.test_trace_views import HANDOFF_AND_TOOLS, script_demo_model
 from tracing.models import Span, Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "pass-for-tests"
-
-
-def in_thread[T](work: Callable[[], T]) -> T:
-    """Run `work` in a thread of its own: Playwright keeps an event loop running in the
-    test's thread, where neither `asyncio.run` nor the SDK's processor may run."""
-
-    def wrapped() -> T:
-        try:
-            return work()
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(wrapped).result(timeout=30)
 
 
 def operator(username: str = "olga") -> Any:

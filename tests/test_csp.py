@@ -10,9 +10,14 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.factories import make_conversation, make_reviewer, make_user
-from tests.test_inbox import make_request
-from tests.test_trace_views import make_span, make_trace
+from tests.factories import (
+    make_conversation,
+    make_request,
+    make_reviewer,
+    make_span,
+    make_trace,
+    make_user,
+)
 from tracing.models import Span
 
 pytestmark = pytest.mark.django_db
