@@ -195,6 +195,28 @@ def test_a_subtree_folds_and_unfolds_and_a_span_opens_its_details(
     expect(row(page, spans["handoff"])).to_have_class(re.compile(r"\bis-selected\b"))
 
 
+def test_a_refreshed_tree_is_placed_as_soon_as_it_is_swapped_in(live_site: Any, page: Any) -> None:
+    """A re-read tree (on every reconnect and every stored batch) is drawn placed at once, not
+    only once htmx has settled it: no frame of bars piled up at the left."""
+    operator()
+    trace, _ = made_trace()
+    open_trace(page, live_site, trace.trace_id)
+    page.evaluate(
+        """() => {
+      window.unplacedAtSwap = null;
+      document.addEventListener("htmx:afterSwap", (event) => {
+        if (event.detail.target.id !== "trace-tree") return;
+        const bars = [...event.detail.target.querySelectorAll(".bar")];
+        window.unplacedAtSwap = bars.filter((bar) => !bar.style.width).length;
+      });
+      htmx.trigger(document.body, "resync");
+    }"""
+    )
+    page.wait_for_function("window.unplacedAtSwap !== null")
+    assert page.evaluate("window.unplacedAtSwap") == 0
+    assert_waterfall_placed(page)
+
+
 def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(
     live_site: Any, page: Any, browser: Any
 ) -> None:

@@ -25,8 +25,12 @@
     if (root.querySelectorAll) root.querySelectorAll(PLACED).forEach(placeOne);
   }
 
-  // Now (the deferred script runs once the page is parsed) and for every swapped-in fragment.
+  // Now (the deferred script runs once the page is parsed), and for every swapped-in fragment
+  // as soon as it is in (htmx:load comes only once it settled: the bars would show unplaced
+  // until then).
   place(document);
+  document.addEventListener("htmx:afterSwap", function (event) { place(event.detail.target); });
+  document.addEventListener("htmx:oobAfterSwap", function (event) { place(event.detail.target); });
   document.addEventListener("htmx:load", function (event) {
     if (event.target !== document.body) place(event.target); // the body: placed just above
   });
