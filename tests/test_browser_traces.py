@@ -217,6 +217,26 @@ def test_a_refreshed_tree_is_placed_as_soon_as_it_is_swapped_in(live_site: Any, 
     assert_waterfall_placed(page)
 
 
+def test_back_restores_the_previous_span_under_the_policy(live_site: Any, page: Any) -> None:
+    """htmx keeps each pushed URL's page in its history cache and puts it back on Back: the
+    restored waterfall is placed again, and nothing in it breaks the policy."""
+    operator()
+    trace, spans = made_trace()
+    open_trace(page, live_site, trace.trace_id)
+    panel = page.get_by_role("complementary", name="Span details")
+    row(page, spans["tool"]).locator("a.span-link").click()
+    expect(panel).to_contain_text("Order 7 for Chen Wei")
+    row(page, spans["handoff"]).locator("a.span-link").click()
+    expect(panel.locator(".headline")).to_have_text("Support desk → Billing")
+
+    page.go_back()
+    expect(page).to_have_url(
+        re.compile(rf"/traces/{trace.trace_id}/spans/{spans['tool'].span_id}/$")
+    )
+    expect(panel).to_contain_text("Order 7 for Chen Wei")
+    assert_waterfall_placed(page)
+
+
 def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(
     live_site: Any, page: Any, browser: Any
 ) -> None:
