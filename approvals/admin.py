@@ -185,13 +185,13 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.action(permissions=["decide"], description="Approve selected")
     def approve_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
-        self._decide(request, queryset, approve=True)
+        self._decide_selected(request, queryset, approve=True)
 
     @admin.action(permissions=["decide"], description="Reject selected")
     def reject_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
-        self._decide(request, queryset, approve=False)
+        self._decide_selected(request, queryset, approve=False)
 
-    def _decide(
+    def _decide_selected(
         self, request: HttpRequest, queryset: QuerySet[ApprovalRequest], *, approve: bool
     ) -> None:
         decided = 0

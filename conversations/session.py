@@ -224,7 +224,7 @@ def _validated(
 
 
 def _lean_transaction() -> AbstractContextManager[Any] | None:
-    """agentsite's SQLite backend's lean write transaction (agentsite/sqlite/base.py), where
+    """agentsite's SQLite backend's lean write transaction (agentsite/db/sqlite/base.py), where
     it can be used: not inside a caller's `atomic()`. None elsewhere (PostgreSQL)."""
     database = connections[DEFAULT_DB_ALIAS]
     lean = getattr(database, "lean_transaction", None)

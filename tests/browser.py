@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from django.db import connections
 from playwright.sync_api import expect
 
 
@@ -14,3 +17,18 @@ def log_in(page: Any, live_site: Any, username: str, password: str, then: str = 
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("button", name="Log out")).to_be_visible()
+
+
+def in_thread[T](work: Callable[[], T]) -> T:
+    """Run `work` in a thread of its own: Playwright keeps an event loop running in the
+    test's thread, where neither `asyncio.run`, `async_to_sync` nor the SDK's trace processor
+    may run. The thread's database connections are closed after it."""
+
+    def wrapped() -> T:
+        try:
+            return work()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(wrapped).result(timeout=30)

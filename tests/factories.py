@@ -145,6 +145,24 @@ def start_run(text: str, agent_name: str = "support") -> Any:
     return runs.start_run(conversation, text, alice)
 
 
+def pause_run(text: str = "cancel order 42", owner: Any = None) -> AgentRun:
+    """A real run of the demo agent on `text`, executed here until it asks for approval:
+    waiting, with its one pending request. Needs `transaction=True` (the tools run in worker
+    threads) and the `submitted` fixture (`executor.submit` recorded, not run)."""
+    import asyncio
+
+    from engine import runs
+
+    owner = owner or make_user()
+    conversation = make_conversation(owner=owner, agent_name="support")
+    run = runs.start_run(conversation, text, owner)
+    asyncio.run(runs.execute(run.pk))
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING, run.error
+    assert run.approval_requests.pending().count() == 1
+    return run
+
+
 # --- items of a conversation (the SDK's input items) ----------------------------------------
 
 

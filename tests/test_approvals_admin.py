@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from approvals.models import (
 )
 from demo.models import OrderEvent
 from engine import runs
-from tests.factories import REVIEWER, grant, make_conversation, make_user
+from tests.factories import REVIEWER, grant, make_conversation, make_user, pause_run
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
@@ -35,13 +34,8 @@ def admin_client(client: Client) -> Client:
 
 
 def paused_run(submitted: list[tuple[str, int]], text: str = "cancel order 42") -> AgentRun:
-    alice = make_user()
-    run = runs.start_run(make_conversation(owner=alice, agent_name="support"), text, alice)
+    run = pause_run(text)
     assert submitted[-1] == ("execute", run.pk)
-    asyncio.run(runs.execute(run.pk))
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING, run.error
-    assert run.approval_requests.pending().count() == 1
     return run
 
 

@@ -214,3 +214,13 @@ def test_the_site_runs_without_the_demo_app(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("no demo")
+
+
+def test_the_readme_layout_names_every_package() -> None:
+    """The README's layout block lists each package of the project (and of its tests)."""
+    section = (ROOT / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    named = {word.rstrip("/") for line in block.splitlines() for word in line.split()[:2]}
+    packages = {path.parent.name for path in ROOT.glob("*/__init__.py")}
+    assert set(PACKAGES) <= packages
+    assert packages - named == set()

@@ -13,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 from playwright.sync_api import expect
 
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
@@ -27,11 +24,11 @@ from conversations.models import SessionItem
 from demo.models import Order
 from demo.seed import seed_orders
 from engine import runs
-from tests.browser import log_in
-from tests.factories import make_conversation, make_user
+from tests.browser import in_thread, log_in
+from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
-from tests.test_inbox import XSS, make_request, make_reviewer, make_run
+from tests.test_inbox import XSS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -43,20 +40,6 @@ def demo(monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo shop's orders, and runs started here that pause without running on."""
     seed_orders()
     monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
-
-
-def in_thread[T](work: Callable[[], T]) -> T:
-    """Run `work` in a thread of its own: Playwright keeps an event loop running in the
-    test's thread, where neither `asyncio.run` nor `async_to_sync` may run."""
-
-    def wrapped() -> T:
-        try:
-            return work()
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(wrapped).result(timeout=30)
 
 
 def pause(text: str, owner: Any) -> ApprovalRequest:

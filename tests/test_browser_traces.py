@@ -13,46 +13,31 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 from playwright.sync_api import expect
 
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from demo.seed import seed_orders
 from engine import runs
-from tests.browser import log_in
+from tests.browser import in_thread, log_in
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_reviewer, make_user
-from tests.test_trace_views import (
-    HANDOFF_AND_TOOLS,
+from tests.factories import (
+    make_conversation,
+    make_reviewer,
     make_span,
     make_trace,
+    make_user,
     make_viewer,
-    script_demo_model,
 )
+from tests.test_trace_views import HANDOFF_AND_TOOLS, script_demo_model
 from tracing.models import Span, Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "pass-for-tests"
-
-
-def in_thread[T](work: Callable[[], T]) -> T:
-    """Run `work` in a thread of its own: Playwright keeps an event loop running in the
-    test's thread, where neither `asyncio.run` nor the SDK's processor may run."""
-
-    def wrapped() -> T:
-        try:
-            return work()
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(wrapped).result(timeout=30)
 
 
 def operator(username: str = "olga") -> Any:
@@ -208,6 +193,48 @@ def test_a_subtree_folds_and_unfolds_and_a_span_opens_its_details(
     page.reload()
     expect(panel.locator(".headline")).to_have_text("Support desk → Billing")
     expect(row(page, spans["handoff"])).to_have_class(re.compile(r"\bis-selected\b"))
+
+
+def test_a_refreshed_tree_is_placed_as_soon_as_it_is_swapped_in(live_site: Any, page: Any) -> None:
+    """A re-read tree (on every reconnect and every stored batch) is drawn placed at once, not
+    only once htmx has settled it: no frame of bars piled up at the left."""
+    operator()
+    trace, _ = made_trace()
+    open_trace(page, live_site, trace.trace_id)
+    page.evaluate(
+        """() => {
+      window.unplacedAtSwap = null;
+      document.addEventListener("htmx:afterSwap", (event) => {
+        if (event.detail.target.id !== "trace-tree") return;
+        const bars = [...event.detail.target.querySelectorAll(".bar")];
+        window.unplacedAtSwap = bars.filter((bar) => !bar.style.width).length;
+      });
+      htmx.trigger(document.body, "resync");
+    }"""
+    )
+    page.wait_for_function("window.unplacedAtSwap !== null")
+    assert page.evaluate("window.unplacedAtSwap") == 0
+    assert_waterfall_placed(page)
+
+
+def test_back_restores_the_previous_span_under_the_policy(live_site: Any, page: Any) -> None:
+    """htmx keeps each pushed URL's page in its history cache and puts it back on Back: the
+    restored waterfall is placed again, and nothing in it breaks the policy."""
+    operator()
+    trace, spans = made_trace()
+    open_trace(page, live_site, trace.trace_id)
+    panel = page.get_by_role("complementary", name="Span details")
+    row(page, spans["tool"]).locator("a.span-link").click()
+    expect(panel).to_contain_text("Order 7 for Chen Wei")
+    row(page, spans["handoff"]).locator("a.span-link").click()
+    expect(panel.locator(".headline")).to_have_text("Support desk → Billing")
+
+    page.go_back()
+    expect(page).to_have_url(
+        re.compile(rf"/traces/{trace.trace_id}/spans/{spans['tool'].span_id}/$")
+    )
+    expect(panel).to_contain_text("Order 7 for Chen Wei")
+    assert_waterfall_placed(page)
 
 
 def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(

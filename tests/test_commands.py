@@ -21,24 +21,10 @@ from approvals.models import (
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import executor, runs
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import make_reviewer, pause_run, start_run
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
-
-
-def queued_run(text: str = "cancel order 42") -> AgentRun:
-    alice = make_user()
-    return runs.start_run(make_conversation(owner=alice, agent_name="support"), text, alice)
-
-
-def paused_run() -> AgentRun:
-    run = queued_run()
-    asyncio.run(runs.execute(run.pk))
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING, run.error
-    assert run.approval_requests.pending().count() == 1
-    return run
 
 
 def command(name: str, *args: str) -> str:
@@ -62,7 +48,7 @@ def order_42_cancellations() -> int:
 
 
 def test_it_expires_an_overdue_request_and_the_agent_tells_the_user(submitted: list) -> None:
-    run = paused_run()
+    run = pause_run()
     request = run.approval_requests.get()
     ApprovalRequest.objects.filter(pk=request.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
@@ -103,7 +89,7 @@ def test_it_expires_an_overdue_request_and_the_agent_tells_the_user(submitted: l
 def test_it_waits_for_the_runs_it_resumes_in_process(settings: Any) -> None:
     """In-process resumes run on a daemon thread: the command must not exit under them."""
     settings.AGENTSITE_EXECUTOR = "inprocess"
-    run = queued_run()
+    run = start_run("cancel order 42")
     assert executor.inprocess().wait_idle(timeout=20)
     run.refresh_from_db()
     assert run.status == RunStatus.WAITING, run.error
@@ -119,7 +105,7 @@ def test_it_waits_for_the_runs_it_resumes_in_process(settings: Any) -> None:
 
 
 def test_it_expires_nothing_that_is_not_overdue(submitted: list) -> None:
-    run = paused_run()
+    run = pause_run()
 
     assert command("expire_approvals") == "Expired 0 approval request(s).\n"
 
@@ -131,7 +117,7 @@ def test_it_expires_nothing_that_is_not_overdue(submitted: list) -> None:
 
 
 def test_it_refuses_a_decision_on_an_expired_request(submitted: list) -> None:
-    run = paused_run()
+    run = pause_run()
     request = run.approval_requests.get()
     reviewer = make_reviewer()
     ApprovalRequest.objects.filter(pk=request.pk).update(
@@ -155,7 +141,7 @@ def test_it_refuses_a_decision_on_an_expired_request(submitted: list) -> None:
 
 
 def test_it_fails_a_stuck_run_and_executes_nothing(submitted: list) -> None:
-    run = paused_run()
+    run = pause_run()
     request = run.approval_requests.get()
     age(run, RunStatus.RUNNING, seconds=3600)
 
@@ -174,7 +160,7 @@ def test_it_fails_a_stuck_run_and_executes_nothing(submitted: list) -> None:
 
 
 def test_it_resubmits_a_lost_resume_and_the_tool_runs_once(submitted: list) -> None:
-    run = paused_run()
+    run = pause_run()
     runs.decide(run.approval_requests.get(), make_reviewer(), True)
     # The process that was to resume it died: the job is lost, the run says "resuming".
     age(run, RunStatus.RESUMING, seconds=3600)
@@ -195,7 +181,7 @@ def test_it_resubmits_a_lost_resume_and_the_tool_runs_once(submitted: list) -> N
 
 
 def test_it_resubmits_a_run_that_never_started(submitted: list) -> None:
-    run = queued_run("where is order 7")
+    run = start_run("where is order 7")
     age(run, RunStatus.QUEUED, seconds=3600)
 
     assert command("recover_runs") == (
@@ -206,7 +192,7 @@ def test_it_resubmits_a_run_that_never_started(submitted: list) -> None:
 
 def test_a_run_that_is_alive_is_never_failed(submitted: list) -> None:
     """Recovery lists quiet runs, then fails each only if it is still quiet."""
-    run = queued_run("where is order 7")
+    run = start_run("where is order 7")
     age(run, RunStatus.RUNNING, seconds=3600)
     listed_cutoff = timezone.now() - timedelta(seconds=60)
     runs._heartbeat(run.pk)  # the run shows a sign of life after the listing
@@ -219,9 +205,9 @@ def test_a_run_that_is_alive_is_never_failed(submitted: list) -> None:
 
 
 def test_it_leaves_waiting_and_fresh_runs_alone(submitted: list) -> None:
-    waiting = paused_run()
+    waiting = pause_run()
     age(waiting, RunStatus.WAITING, seconds=3600)
-    fresh = queued_run("where is order 7")
+    fresh = start_run("where is order 7")
     AgentRun.objects.filter(pk=fresh.pk).update(status=RunStatus.RUNNING)  # `updated` stays now
 
     assert (
@@ -237,7 +223,7 @@ def test_it_leaves_waiting_and_fresh_runs_alone(submitted: list) -> None:
 
 
 def test_it_takes_the_timeout_from_settings_or_the_option(submitted: list, settings: Any) -> None:
-    run = queued_run("where is order 7")
+    run = start_run("where is order 7")
     age(run, RunStatus.RUNNING, seconds=120)
     settings.AGENTSITE_STUCK_RUN_TIMEOUT = 300
 

@@ -10,9 +10,14 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.factories import make_conversation, make_reviewer, make_user
-from tests.test_inbox import make_request
-from tests.test_trace_views import make_span, make_trace
+from tests.factories import (
+    make_conversation,
+    make_request,
+    make_reviewer,
+    make_span,
+    make_trace,
+    make_user,
+)
 from tracing.models import Span
 
 pytestmark = pytest.mark.django_db
@@ -117,3 +122,24 @@ def test_the_check_finds_inline_code() -> None:
     assert len(inline_code('<button type="button" onclick="x()">')) == 1
     assert len(inline_code("<style>p { color: red }</style>")) == 1
     assert inline_code('<div data-left="1" class="style">') == []
+
+
+def test_error_pages_carry_the_policy_too(client: Client, admin: Any) -> None:
+    """Refusals and errors are pages of the site as well: 404, 403 (a page and a CSRF
+    failure), 405, 400, and a static file."""
+    end_user = make_user(username="eve")
+    client.force_login(end_user)
+    answers = {
+        "404": client.get("/no-such-page/"),
+        "403": client.get("/inbox/"),
+        "405": client.get("/inbox/decide/"),
+    }
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(admin)
+    answers["400"] = strict.get("/inbox/history/", {"decision": "maybe"})
+    answers["csrf 403"] = strict.post("/inbox/decide/", {"action": "approve"})
+    for name, response in answers.items():
+        assert str(response.status_code) == name.split()[-1], (name, response.status_code)
+        policy = policy_of(response)
+        for directive, value in REQUIRED.items():
+            assert policy.get(directive) == value, (name, directive, policy)

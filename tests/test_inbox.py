@@ -28,12 +28,12 @@ from demo.models import Order
 from demo.seed import seed_orders
 from engine import runs
 from tests.factories import (
-    make_conversation,
     make_decision,
     make_request,
     make_reviewer,
     make_run,
     make_user,
+    pause_run,
 )
 from tests.plans import explain
 
@@ -44,18 +44,6 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
 # --- data -----------------------------------------------------------------------------------
-
-
-def pause_run(text: str = "cancel order 42", owner: Any = None) -> AgentRun:
-    """A real run of the demo agent, paused on its first approval (needs transaction=True and
-    `executor.submit` recorded, not run)."""
-    owner = owner or make_user()
-    conversation = make_conversation(owner=owner, agent_name="support")
-    run = runs.start_run(conversation, text, owner)
-    asyncio.run(runs.execute(run.pk))
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING, run.error
-    return run
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""agentsite's SQLite backend (agentsite/sqlite/base.py): writers of one process queue in
+"""agentsite's SQLite backend (agentsite/db/sqlite/base.py): writers of one process queue in
 the process, and WAL checkpoints run in a background thread."""
 
 from __future__ import annotations
