@@ -315,6 +315,8 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
 
 def sign_state(state: Any) -> str:
     canonical = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # The salt keeps the module's old name: runs that waited for a reviewer across the move
+    # to engine/ must still verify.
     return salted_hmac("agentsite.runs.state", canonical, algorithm="sha256").hexdigest()
 
 

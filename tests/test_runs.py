@@ -521,3 +521,14 @@ async def test_a_decision_is_announced_to_every_inbox_after_commit(submitted: li
     assert message["event"]["status"] == "rejected"
     assert message["event"]["decided_by"] == "rita"
     assert message["event"]["message"] == "<b>no</b>"  # escaping is the page's job
+
+
+def test_it_still_verifies_states_signed_before_the_engine_moved() -> None:
+    # Runs that wait for a reviewer were signed by `agentsite/runs.py` with this salt; renaming
+    # it would fail every one of them on resume.
+    from django.utils.crypto import salted_hmac
+
+    state = {"$schemaVersion": "1.0", "b": [1, 2], "a": "ü"}
+    canonical = '{"$schemaVersion":"1.0","a":"ü","b":[1,2]}'
+    signed_before = salted_hmac("agentsite.runs.state", canonical, algorithm="sha256").hexdigest()
+    assert runs.sign_state(state) == signed_before
