@@ -53,29 +53,36 @@ def open_trace(page: Any, live_site: Any, trace_id: str, username: str = "olga")
     expect(page.locator("#trace-tree.htmx-request")).to_have_count(0)  # the first re-sync
 
 
-# Where each bar of the waterfall is drawn, against where its data says (percent of the bar
-# cell), and each row's indent against its depth.
+# Where each bar of the waterfall is drawn, against where its markup says (percent of the bar
+# cell), and each row's indent (rem from the row's edge to its caret) against its depth.
 WATERFALL = """() => [...document.querySelectorAll("#trace-tree .row")].map((row) => {
-  const bar = row.querySelector(".bar"), cell = bar.parentElement.getBoundingClientRect();
+  const bar = row.querySelector(".bar"), span = bar.querySelector("rect");
+  const cell = row.querySelector(".bar-cell").getBoundingClientRect();
   const box = bar.getBoundingClientRect();
+  const rem = parseFloat(getComputedStyle(document.documentElement).fontSize);
   return {
-    left: parseFloat(bar.dataset.left), width: parseFloat(bar.dataset.width),
+    left: parseFloat(span.getAttribute("x")), width: parseFloat(span.getAttribute("width")),
     drawnLeft: (box.left - cell.left) / cell.width * 100,
     drawnWidth: box.width / cell.width * 100,
-    depth: row.dataset.depth, indent: row.style.getPropertyValue("--depth"),
+    depth: parseInt(row.dataset.depth, 10),
+    indent: (row.querySelector(".caret").getBoundingClientRect().left -
+      row.getBoundingClientRect().left) / rem,
   };
 })"""
 
 
-def assert_waterfall_placed(page: Any) -> None:
-    """traces.js placed every bar and indented every row from its data attributes (the CSP
-    allows no inline style)."""
-    rows = page.evaluate(WATERFALL)
-    assert rows and any(r["left"] > 0 for r in rows) and any(r["depth"] != "0" for r in rows)
+def assert_placed(rows: list[dict[str, Any]]) -> None:
+    assert rows and any(r["left"] > 0 for r in rows) and any(r["depth"] > 0 for r in rows)
     for r in rows:
         assert abs(r["drawnLeft"] - r["left"]) < 0.5, r
         assert r["width"] < 0.5 or abs(r["drawnWidth"] - r["width"]) < 0.5, r  # 2px minimum
-        assert r["indent"] == r["depth"], r
+        assert abs(r["indent"] - (0.6 + r["depth"])) < 0.05, r  # .6rem, then 1rem a level
+
+
+def assert_waterfall_placed(page: Any) -> None:
+    """Every bar is drawn where its SVG attributes say and every row is indented by its
+    depth (the CSP allows no inline style; nothing is placed by script)."""
+    assert_placed(page.evaluate(WATERFALL))
 
 
 def row(page: Any, span: Span) -> Any:
@@ -203,18 +210,86 @@ def test_a_refreshed_tree_is_placed_as_soon_as_it_is_swapped_in(live_site: Any, 
     open_trace(page, live_site, trace.trace_id)
     page.evaluate(
         """() => {
-      window.unplacedAtSwap = null;
+      window.placedAtSwap = null;
       document.addEventListener("htmx:afterSwap", (event) => {
         if (event.detail.target.id !== "trace-tree") return;
-        const bars = [...event.detail.target.querySelectorAll(".bar")];
-        window.unplacedAtSwap = bars.filter((bar) => !bar.style.width).length;
+        window.placedAtSwap = (MEASURE)();
       });
       htmx.trigger(document.body, "resync");
-    }"""
+    }""".replace("MEASURE", WATERFALL)
     )
-    page.wait_for_function("window.unplacedAtSwap !== null")
-    assert page.evaluate("window.unplacedAtSwap") == 0
+    page.wait_for_function("() => window.placedAtSwap !== null")
+    at_swap = page.evaluate("window.placedAtSwap")
+    assert len(at_swap) == 7
+    assert_placed(at_swap)
     assert_waterfall_placed(page)
+
+
+def test_without_javascript_the_waterfall_is_placed_and_indented(
+    live_site: Any, browser: Any
+) -> None:
+    """With JavaScript off (and the strict policy on), each bar is drawn at its span's start,
+    as wide as its duration, its label beside it, the time marks across the scale, each row
+    indented by its depth, and a subtree still folds."""
+    operator()
+    trace, spans = made_trace()
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 860}, java_script_enabled=False
+    )
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    log_in(page, live_site, "olga", PASSWORD, then=f"/traces/{trace.trace_id}/")
+    expect(page.locator("#trace-tree .row")).to_have_count(7)
+    expect(page.locator("[data-tree-buttons]")).to_be_hidden()  # no script ran
+    rem = 16  # the site's root font size, in px
+    total = 1.2  # the task's duration, all of the trace
+    depths = {
+        "task": 0,
+        "desk": 1,
+        "turn": 2,
+        "generation": 3,
+        "tool": 3,
+        "handoff": 3,
+        "billing": 1,
+    }
+    for key, span in spans.items():
+        line = row(page, span)
+        cell = line.locator(".bar-cell").bounding_box()
+        bar = line.locator(".bar").bounding_box()
+        label = line.locator(".bar-time").bounding_box()
+        caret = line.locator(".caret").bounding_box()
+        box = line.bounding_box()
+        assert cell and bar and label and caret and box, key
+        assert span.started_at and span.ended_at and spans["task"].started_at
+        seconds = (span.ended_at - span.started_at).total_seconds()
+        start = (span.started_at - spans["task"].started_at).total_seconds()
+        assert abs(bar["x"] - (cell["x"] + cell["width"] * start / total)) < 2, key
+        assert abs(bar["width"] - max(2, cell["width"] * seconds / total)) < 2, key
+        assert abs(bar["height"] - 0.7 * rem) < 1, key
+        assert abs(caret["x"] - box["x"] - (0.6 + depths[key]) * rem) < 1, key
+        place = line.locator(".bar-time").get_attribute("class") or ""
+        if "is-after" in place:
+            assert label["x"] >= bar["x"] + bar["width"], key
+        elif "is-before" in place:
+            assert label["x"] + label["width"] <= bar["x"], key
+        else:
+            assert bar["x"] <= label["x"] < label["x"] + label["width"] <= bar["x"] + bar["width"]
+    # The task and Billing end at the right: their labels go inside and before their bars.
+    expect(row(page, spans["task"]).locator(".bar-time")).to_have_class("bar-time is-inside")
+    expect(row(page, spans["billing"]).locator(".bar-time")).to_have_class("bar-time is-before")
+    scale = page.locator(".axis-scale").bounding_box()
+    ticks = [box for n in range(5) if (box := page.locator(".tick").nth(n).bounding_box())]
+    assert scale and len(ticks) == 5
+    assert abs(ticks[0]["x"] - scale["x"]) < 2
+    assert abs(ticks[4]["x"] + ticks[4]["width"] - scale["x"] - scale["width"]) < 2
+    middle = ticks[2]["x"] + ticks[2]["width"] / 2
+    assert abs(middle - scale["x"] - scale["width"] / 2) < 2
+    expect(page.locator(".tick").nth(4)).to_have_text("1.20 s")
+
+    row(page, spans["desk"]).locator(".caret").click()  # <details> folds without script
+    expect(row(page, spans["tool"])).to_be_hidden()
+    expect(row(page, spans["billing"])).to_be_visible()
+    context.close()
 
 
 def test_back_restores_the_previous_span_under_the_policy(live_site: Any, page: Any) -> None:

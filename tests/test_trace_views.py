@@ -462,12 +462,37 @@ def test_the_waterfall_places_each_bar_by_its_start_and_duration(client: Client,
     Span.objects.bulk_create([root, early, late])
 
     html = trace_page(client, trace.trace_id)
-    assert 'class="bar kind-task" data-left="0.000" data-width="100.000"' in html
-    assert 'class="bar kind-generation" data-left="25.000" data-width="25.000"' in html
-    assert 'class="bar kind-function" data-left="75.000" data-width="25.000"' in html
-    assert ">500 ms</span>" in html
-    assert re.search(r'class="tick" data-left="100.0">2.00 s<', html)
+    assert 'class="bar kind-task" aria-hidden="true"><rect x="0.000%" width="100.000%"' in html
+    assert (
+        'class="bar kind-generation" aria-hidden="true"><rect x="25.000%" width="25.000%"' in html
+    )
+    assert 'class="bar kind-function" aria-hidden="true"><rect x="75.000%" width="25.000%"' in html
+    # Each duration label where it fits: after the bar, or before one that ends at the right.
+    assert '<text class="bar-time is-after" x="50.000%" y="50%">500 ms</text>' in html
+    assert '<text class="bar-time is-before" x="75.000%" y="50%">500 ms</text>' in html
+    assert '<text class="bar-time is-inside" x="0.000%" y="50%">2.00 s</text>' in html
+    assert re.search(r'<text class="tick" x="100.000%" y="50%">2.00 s<', html)
+    assert re.search(r'<text class="tick" x="50.000%" y="50%">1.00 s<', html)
+    # Rows are indented by depth through classes.
+    assert re.search(r'class="row kind-task depth-0"', html)
+    assert re.search(r'class="row leaf kind-function depth-1"', html)
     assert "style=" not in html  # the Content Security Policy allows no inline style
+
+
+def test_a_span_still_open_is_drawn_striped_to_the_end(client: Client, olga: Any) -> None:
+    trace = make_trace()
+    root = make_span(trace, "task", "task", start=0, end=2)
+    running = make_span(trace, "function", "tool", parent=root, start=1.0)
+    running.ended_at = None
+    Span.objects.bulk_create([root, running])
+
+    html = trace_page(client, trace.trace_id)
+    assert (
+        '<g class="bar kind-function is-open" aria-hidden="true"><rect x="50.000%" '
+        'width="50.000%" height="100%" rx="3"/>'
+    ) in html
+    assert html.count('fill="url(#bar-open)"/>') == 1  # the closed task has no stripes
+    assert '<pattern id="bar-open"' in html
 
 
 def test_the_span_panel_shows_errors_guardrails_and_escapes_everything(
@@ -595,6 +620,8 @@ def test_the_tree_is_built_in_one_pass_whatever_its_shape() -> None:
     tree = trees.build(chain)
     assert [row.depth for row in tree.rows] == list(range(5000))
     assert tree.rows[-1].closes == 4999  # every subtree ends with the deepest span
+    # Indented by a class per depth, which traces.css has up to 31: deeper rows share it.
+    assert [row.depth_class for row in tree.rows[30:33]] == ["depth-30", "depth-31", "depth-31"]
     assert sum(row.closes for row in tree.rows) == sum(row.has_children for row in tree.rows)
 
     wide = [S("root", None)] + [S(f"c{n}", "root", n) for n in range(3000)]
@@ -639,7 +666,9 @@ def test_a_run_with_a_tool_call_shows_its_tree_and_waterfall(
     ]
     assert html.count('<details class="node"') == 4  # task, agent and turns fold
     assert html.count('<div class="row leaf') == 3
-    bars = re.findall(r'class="bar kind-(\w+)" data-left="([\d.]+)" data-width="([\d.]+)"', html)
+    bars = re.findall(
+        r'class="bar kind-(\w+)" aria-hidden="true"><rect x="([\d.]+)%" width="([\d.]+)%"', html
+    )
     assert [kind for kind, _, _ in bars] == [
         "task",
         "agent",

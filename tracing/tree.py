@@ -20,6 +20,9 @@ from tracing.recording import DECISION_SPAN_NAME
 # A trace shorter than this is drawn as if it lasted this long (no division by zero).
 _MIN_DURATION = timedelta(microseconds=1)
 
+# Rows deeper than this are indented as much as this (traces.css has one class per depth).
+MAX_INDENT = 31
+
 # Span types the stylesheet colours; any other type is drawn as "other".
 KINDS = frozenset(
     {
@@ -95,10 +98,17 @@ class Row:
         return formatting.duration(self.span.duration_seconds)
 
     @property
+    def depth_class(self) -> str:
+        """The row's indent, as one of a bounded set of classes that traces.css defines: the
+        Content Security Policy allows no inline style. Deeper rows share the deepest indent."""
+        return f"depth-{min(self.depth, MAX_INDENT)}"
+
+    @property
     def bar_place(self) -> str:
-        """The bar's start and width (percent), as data attributes that traces.js applies:
-        the Content Security Policy allows no inline style."""
-        return f'data-left="{self.offset:.3f}" data-width="{self.width:.3f}"'
+        """The bar's start and width (percent of the waterfall), as SVG attributes: SVG
+        geometry is no inline style to the Content Security Policy, and it draws without
+        JavaScript."""
+        return f'x="{self.offset:.3f}%" width="{self.width:.3f}%"'
 
     @property
     def label_place(self) -> str:
@@ -111,13 +121,11 @@ class Row:
 
     @property
     def label_position(self) -> str:
-        """The duration label's position (percent), as data attributes (see `bar_place`)."""
-        place = self.label_place
-        if place == "after":
-            return f'data-left="{self.offset + self.width:.3f}"'
-        if place == "before":
-            return f'data-right="{100 - self.offset:.3f}"'
-        return f'data-left="{self.offset:.3f}"'
+        """Where the duration label is anchored (percent, see `bar_place`): the bar's end for
+        a label after it, else its start (a label before the bar ends there, traces.css)."""
+        if self.label_place == "after":
+            return f'x="{self.offset + self.width:.3f}%"'
+        return f'x="{self.offset:.3f}%"'
 
 
 @dataclass

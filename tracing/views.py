@@ -266,7 +266,7 @@ def tree_context(trace: Trace) -> dict[str, Any]:
         "duration": formatting.duration(tree.duration_seconds),
         "ticks": [
             {
-                "percent": tick["percent"],
+                "x": f"{tick['percent']:.3f}%",
                 "label": formatting.duration(tick["seconds"]) if tick["percent"] else "0",
             }
             for tick in tree.ticks()

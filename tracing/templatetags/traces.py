@@ -3,8 +3,9 @@
 `tree_rows` writes the rows of the tree and waterfall in Python: a trace can hold thousands
 of spans, and one formatted string per row is about twenty times faster than the same markup
 through the template engine. Every value taken from a span is escaped here.
-Positions and indents are data attributes that traces.js applies (no inline style: see the
-Content Security Policy in settings).
+Bars, duration labels and indents are placed without JavaScript and without inline style
+(see the Content Security Policy in settings): each bar and its label are a small SVG whose
+geometry is in SVG attributes, each row's indent is a class (`Row.depth_class`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def _row(row: Row, span_url: str, selected_id: str) -> str:
         classes += " has-error"
     if selected_id and span.span_id == selected_id:
         classes += " is-selected"
+    classes += f" {row.depth_class}"
     label = "decision" if row.is_decision else escape(span.span_type)
     flags = ""
     if row.part > 1:
@@ -61,15 +63,20 @@ def _row(row: Row, span_url: str, selected_id: str) -> str:
             f'<span class="flag flag-quiet" title="Its parent span {parent} is not in this '
             'trace">no parent</span>'
         )
+    # The bar: the span's rect, a 2px one under it (a short span stays visible), and for a
+    # span still open, stripes over it (the pattern is in the tree partial).
+    place = f'{row.bar_place} height="100%" rx="3"'
+    stripes = f'<rect class="bar-stripes" {place} fill="url(#bar-open)"/>' if row.open else ""
     open_bar = " is-open" if row.open else ""
     cells = (
         f'<span class="name-cell"><span class="caret" aria-hidden="true"></span>'
         f'<a class="span-link" href="{url}" hx-get="{url}" data-span="{span_id}">'
         f'<span class="type type-{row.kind}">{label}</span>'
         f'<span class="span-name">{escape(span.name or span.span_type)}</span>{flags}</a></span>'
-        f'<span class="bar-cell"><span class="bar kind-{row.kind}{open_bar}" '
-        f'{row.bar_place}></span><span class="bar-time is-{row.label_place}" '
-        f"{row.label_position}>{row.duration}</span></span>"
+        f'<span class="bar-cell"><svg class="bar-track"><g class="bar kind-{row.kind}{open_bar}" '
+        f'aria-hidden="true"><rect {place}/><rect class="bar-min" x="{row.offset:.3f}%" '
+        f'width="2" height="100%" rx="1"/>{stripes}</g><text class="bar-time is-{row.label_place}" '
+        f'{row.label_position} y="50%">{row.duration}</text></svg></span>'
     )
     style = f'data-depth="{row.depth}"'
     if row.has_children:
