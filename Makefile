@@ -32,7 +32,7 @@ run: $(STAMP)
 	DEBUG=1 $(BIN)/python manage.py seed_demo
 	DEBUG=1 $(BIN)/python manage.py recover_runs
 	@echo "agentsite on http://127.0.0.1:$(PORT)/"
-	DEBUG=1 $(BIN)/daphne -b 127.0.0.1 -p $(PORT) agentsite.asgi:application
+	DEBUG=1 $(BIN)/python -m agentsite.serve -b 127.0.0.1 -p $(PORT) agentsite.asgi:application
 
 system-packages:
 	scripts/ensure-system-packages

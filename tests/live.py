@@ -88,7 +88,7 @@ def start_site(
         [
             sys.executable,
             "-m",
-            "daphne",
+            "agentsite.serve",
             "-b",
             "127.0.0.1",
             "-p",
