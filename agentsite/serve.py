@@ -1,17 +1,27 @@
-"""`python -m agentsite.serve`: daphne, as `daphne` itself takes its arguments, with access-log
-lines that carry no query string.
+"""`python -m agentsite.serve`: daphne, as `daphne` itself takes its arguments, with two
+differences. Every server process the project starts (`make run`, the browser tests' server)
+is started through here.
 
-A query string holds what people typed (`/traces/?q=<an email>`, `?next=...`), so writing it
-to the access log would store personal data that the traces take care to mask. Every server
-process the project starts (`make run`, the browser tests' server) is started through here.
+- Access-log lines carry no query string: it holds what people typed (`/traces/?q=<an
+  email>`, `?next=...`), personal data that the traces take care to mask.
+- On SIGTERM (or Ctrl-C) it drains before it stops: no new run starts, runs in flight get
+  `AGENTSITE_SHUTDOWN_GRACE` seconds to end, and what is still running then is marked
+  interrupted (never retried) instead of being left "running" for recovery to find later.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from daphne.cli import CommandLineInterface
 from daphne.server import Server
+from django.conf import settings
+from twisted.internet import defer
+
+logger = logging.getLogger(__name__)
 
 
 def without_query(path: str) -> str:
@@ -19,13 +29,41 @@ def without_query(path: str) -> str:
     return path.split("?", 1)[0].split("#", 1)[0]
 
 
+async def drain(grace: float) -> int:
+    """Let the in-process runs end within `grace` seconds; fail the ones still running then.
+    Returns how many were interrupted."""
+    from engine import executor, runs
+
+    jobs = executor.inprocess()
+    left = await jobs.drain(grace)
+    interrupted = await sync_to_async(runs.interrupt, thread_sensitive=False)(left) if left else 0
+    jobs.cancel_pending()
+    if left:
+        logger.warning(
+            "Shutting down: %d run(s) did not end within %g s; %d marked interrupted.",
+            len(left),
+            grace,
+            interrupted,
+        )
+    return interrupted
+
+
 class PrivateLogServer(Server):
-    """daphne's server, but its access log gets paths without their query strings."""
+    """daphne's server: its access log gets paths without their query strings, and it drains
+    the in-process runs before it stops."""
 
     def log_action(self, protocol: str, action: str, details: dict[str, Any]) -> None:
         if isinstance(details.get("path"), str):
             details = {**details, "path": without_query(details["path"])}
         super().log_action(protocol, action, details)
+
+    def kill_all_applications(self) -> defer.Deferred[Any]:
+        drained = defer.Deferred.fromFuture(
+            asyncio.ensure_future(drain(settings.AGENTSITE_SHUTDOWN_GRACE))
+        )
+        drained.addErrback(lambda failure: logger.error("Draining the runs failed: %s", failure))
+        drained.addBoth(lambda _: super(PrivateLogServer, self).kill_all_applications())
+        return drained
 
 
 class PrivateLogCommandLine(CommandLineInterface):

@@ -274,6 +274,9 @@ AGENTSITE_REJECTION_MESSAGE = env_str(
 # Where runs execute: "inprocess" (an asyncio task in the server) or "tasks" (Django's tasks
 # on the database backend, run by workers started with `manage.py db_worker`).
 AGENTSITE_EXECUTOR = env_str("AGENTSITE_EXECUTOR", "inprocess")
+# On SIGTERM a server lets its in-flight runs end for this many seconds, then marks the rest
+# interrupted (`python -m agentsite.serve`).
+AGENTSITE_SHUTDOWN_GRACE = env_float("AGENTSITE_SHUTDOWN_GRACE", 10.0)
 # A run still "running" after this many seconds without progress is taken as dead.
 AGENTSITE_STUCK_RUN_TIMEOUT = env_int("AGENTSITE_STUCK_RUN_TIMEOUT", 15 * 60)
 # How often the server expires overdue approvals and recovers stuck runs (0: never; then run

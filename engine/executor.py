@@ -57,9 +57,14 @@ class InProcessExecutor:
     def __init__(self) -> None:
         self._background_loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
-        self._pending: set[asyncio.Task[None] | concurrent.futures.Future[None]] = set()
+        self._pending: dict[asyncio.Task[None] | concurrent.futures.Future[None], int] = {}
+        self._closing = False
 
     def submit(self, job: Job, run_id: int) -> None:
+        if self._closing:
+            # The process is shutting down: the job is left to the next process's recovery
+            # (the run stays queued or resuming, nothing of it executed).
+            return
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -69,18 +74,37 @@ class InProcessExecutor:
             target = running if running is not None else self._get_background_loop()
         work = _runner()(job, run_id)
         if target is running:
-            self._keep(target.create_task(work))  # type: ignore[arg-type]
+            self._keep(target.create_task(work), run_id)  # type: ignore[arg-type]
         else:
-            self._keep(asyncio.run_coroutine_threadsafe(work, target))  # type: ignore[arg-type]
+            future: concurrent.futures.Future[None] = asyncio.run_coroutine_threadsafe(
+                work,  # type: ignore[arg-type]
+                target,
+            )
+            self._keep(future, run_id)
 
-    def _keep(self, work: Any) -> None:
+    def _keep(self, work: Any, run_id: int) -> None:
         with self._lock:
-            self._pending.add(work)
+            self._pending[work] = run_id
         work.add_done_callback(self._forget)
 
     def _forget(self, work: Any) -> None:
         with self._lock:
-            self._pending.discard(work)
+            self._pending.pop(work, None)
+
+    async def drain(self, grace: float) -> list[int]:
+        """Shutting down: start no new job and give the running ones `grace` seconds to end.
+        Returns the run ids of the jobs still going (then `cancel_pending` ends them)."""
+        self._closing = True
+        await self.await_idle(within=grace)
+        with self._lock:
+            return sorted(set(self._pending.values()))
+
+    def cancel_pending(self) -> int:
+        with self._lock:
+            left = list(self._pending)
+        for work in left:
+            work.cancel()
+        return len(left)
 
     def _get_background_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:

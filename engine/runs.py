@@ -17,6 +17,7 @@ The database is the truth; events are published only after commit.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -152,6 +153,10 @@ async def run_job(job: Job, run_id: int) -> None:
             await execute(run_id)
         else:
             await resume(run_id)
+    except asyncio.CancelledError:
+        # Only a stopping process cancels jobs (`executor.drain`, then `interrupt`): what a
+        # cancelled job leaves queued or resuming is the next process's to recover.
+        raise
     except BaseException as exc:
         logger.exception("Run %s: %s failed", run_id, job)
         await fail_unfinished(run_id, f"The run stopped unexpectedly: {exc!r}")
@@ -455,6 +460,21 @@ def _fail_sync(
             )
             recording.follow_run(run_id)
     return bool(failed)
+
+
+SHUTDOWN_REASON = (
+    "Interrupted by a shutdown: the server stopped before this run ended. Nothing was retried."
+)
+
+
+def interrupt(run_ids: list[int]) -> int:
+    """Fail the runs a stopping process could not finish in time (`executor.drain`): those
+    still running, perhaps mid-tool, are never retried. Runs whose job had not started yet
+    stay queued or resuming for the next process's recovery. Returns how many failed."""
+    return sum(
+        _fail_sync(run_id, SHUTDOWN_REASON, from_statuses=(RunStatus.RUNNING,))
+        for run_id in run_ids
+    )
 
 
 async def fail_unfinished(run_id: int, reason: str) -> None:

@@ -28,7 +28,11 @@ if DATABASES["default"]["ENGINE"] == "agentsite.db.sqlite":  # noqa: F405
 
 # Agents on the demo model answer at once in tests; the browser tests' server streams at a
 # visible pace, so its pages really receive a reply word by word.
-AGENTSITE_DEMO_STREAM_DELAY = 0.02 if os.environ.get("AGENTSITE_LIVE_TEST_SERVER") else 0.0
+AGENTSITE_DEMO_STREAM_DELAY = (
+    float(os.environ.get("AGENTSITE_DEMO_STREAM_DELAY", "0.02"))
+    if os.environ.get("AGENTSITE_LIVE_TEST_SERVER")
+    else 0.0
+)
 
 # The executor tests start a real `db_worker` (AGENTSITE_EXECUTOR=tasks) beside the in-memory
 # layer: they read the database, never a page, so the shared-layer check does not apply there.

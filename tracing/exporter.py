@@ -225,7 +225,20 @@ def on_stored(listener: StoredListener) -> None:
         _listeners.append(listener)
 
 
+# Set once the process exits: what is flushed then is stored, but nobody is told. The pages
+# of a dying process are gone, and publishing after the interpreter began to shut down fails
+# ("cannot schedule new futures after interpreter shutdown").
+_exiting = threading.Event()
+
+
+def _flush_at_exit(processor: BatchTraceProcessor) -> None:
+    _exiting.set()
+    processor.force_flush()
+
+
 def _tell(stored: list[StoredTrace]) -> None:
+    if _exiting.is_set():
+        return
     for listener in list(_listeners):
         try:
             listener(stored)
@@ -530,7 +543,7 @@ def install() -> BatchTraceProcessor | None:
             add_trace_processor(processor)
         else:
             set_trace_processors([*_other_processors(), processor])
-        atexit.register(processor.force_flush)
+        atexit.register(_flush_at_exit, processor)
         _installed = processor
         logger.debug("Tracing: runs are stored in the database")
         return processor
