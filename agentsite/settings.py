@@ -109,6 +109,51 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
+# --- Production security -------------------------------------------------------------------
+# All off by default, so that `make run` serves plain http on 127.0.0.1; the README's
+# "Production" paragraph lists what to turn on behind TLS (`manage.py check --deploy` is then
+# clean).
+# With DEBUG off the key signs sessions and saved run states: refuse one that Django's own
+# check (security.W009) calls weak rather than run on it.
+SECRET_KEY_MIN_LENGTH = 50
+SECRET_KEY_MIN_UNIQUE_CHARACTERS = 5
+SECRET_KEY_INSECURE_PREFIX = "django-insecure-"
+if not DEBUG:
+    if len(SECRET_KEY) < SECRET_KEY_MIN_LENGTH:
+        weakness = f"is shorter than {SECRET_KEY_MIN_LENGTH} characters"
+    elif len(set(SECRET_KEY)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
+        weakness = f"has fewer than {SECRET_KEY_MIN_UNIQUE_CHARACTERS} different characters"
+    elif SECRET_KEY.startswith(SECRET_KEY_INSECURE_PREFIX):
+        weakness = f"starts with {SECRET_KEY_INSECURE_PREFIX!r}"
+    else:
+        weakness = ""
+    if weakness:
+        raise ImproperlyConfigured(
+            f"SECRET_KEY {weakness}: with DEBUG off it must be a long random value, e.g. from "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`."
+        )
+# Redirect every http request to https.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Strict-Transport-Security: how long browsers only use https for this site (0: no header).
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Send the session and CSRF cookies over https only.
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+# Behind a proxy that ends TLS: the header (as in request.META) and value that mark a request
+# the proxy received over https, e.g. `HTTP_X_FORWARDED_PROTO,https`. Only set it when the
+# proxy always sets (or strips) that header, or a client could claim https.
+_proxy_ssl_header = env_list("SECURE_PROXY_SSL_HEADER", [])
+if len(_proxy_ssl_header) not in (0, 2):
+    raise ImproperlyConfigured(
+        "SECURE_PROXY_SSL_HEADER is not a header and a value, like HTTP_X_FORWARDED_PROTO,https: "
+        f"{os.environ['SECURE_PROXY_SSL_HEADER']!r}"
+    )
+SECURE_PROXY_SSL_HEADER: tuple[str, str] | None = (
+    (_proxy_ssl_header[0], _proxy_ssl_header[1]) if _proxy_ssl_header else None
+)
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",

@@ -324,7 +324,7 @@ def _refund_amount(text: str) -> Decimal | None:
         return None
 
 
-def _email_arguments(to: str, text: str, number: int | None) -> dict[str, str]:
+def _email_arguments(to: str, text: str, number: int | None) -> dict[str, Any]:
     about = re.search(r"\babout\s+(.+)$", text, re.IGNORECASE | re.DOTALL)
     topic = about.group(1).strip(" .!?") if about else ""
     topic = re.sub(r"^(my|our)\b", "your", topic, flags=re.IGNORECASE)
@@ -344,7 +344,7 @@ def _email_arguments(to: str, text: str, number: int | None) -> dict[str, str]:
         f"Hello,\n\n{purpose} If you have any question, just reply to this email.\n\n"
         "Kind regards,\nThe support desk"
     )
-    return {"to": to, "subject": subject, "body": body}
+    return {"to": to, "subject": subject, "body": body, "order_id": number}
 
 
 def _about_result(

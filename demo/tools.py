@@ -21,9 +21,12 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 
+from agentsite.db.hops import db_hop
+
 from .models import Order, OrderEvent, SentEmail, format_money
 
-# Refunds above this amount wait for a reviewer.
+# A refund that brings an order's refunds above this total waits for a reviewer: per call, three
+# refunds of 45 would refund 135 unreviewed.
 REFUND_APPROVAL_THRESHOLD = Decimal("50")
 CENT = Decimal("0.01")
 
@@ -63,8 +66,12 @@ def cancel(number: int, tool_call_id: str) -> str:
         return OrderEvent.objects.get(tool_call_id=tool_call_id).result
 
 
-def refund(number: int, amount: Decimal, tool_call_id: str) -> str:
-    """Refund `amount` on order `number` once per tool call id; returns what to tell the agent."""
+def refund(number: int, amount: Decimal, tool_call_id: str, *, reviewed: bool = False) -> str:
+    """Refund `amount` on order `number` once per tool call id; returns what to tell the agent.
+
+    Unless a reviewer approved the call, the threshold is checked again under the order's lock:
+    two calls that each passed the approval policy before either refunded (in parallel, or from
+    two conversations) cannot both go through unreviewed."""
     amount = amount.quantize(CENT, rounding=ROUND_HALF_UP)
     try:
         with transaction.atomic():
@@ -78,6 +85,13 @@ def refund(number: int, amount: Decimal, tool_call_id: str) -> str:
             refusal = order.refund_refusal(amount)
             if refusal is not None:
                 return refusal
+            if not reviewed and passes_threshold(order.refunded_amount, amount):
+                return (
+                    f"Not refunded: {format_money(amount)} would bring the refunds on order "
+                    f"{order.number} to {format_money(order.refunded_amount + amount)}, above "
+                    f"{format_money(REFUND_APPROVAL_THRESHOLD)}, so it needs a reviewer's "
+                    "approval. Ask for it again to have it reviewed."
+                )
             order.refunded_amount += amount
             order.save(update_fields=["refunded_amount", "updated"])
             result = (
@@ -122,24 +136,54 @@ def to_amount(value: Any) -> Decimal | None:
     return amount if amount > 0 else None
 
 
+def to_order_number(value: Any) -> int | None:
+    """An order number from a tool argument, or None when it is not a whole number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def passes_threshold(refunded: Decimal, amount: Decimal) -> bool:
+    return refunded + amount > REFUND_APPROVAL_THRESHOLD
+
+
+def refund_passes_threshold(number: int, amount: Decimal) -> bool:
+    """Whether refunding `amount` brings order `number`'s refunds above the threshold (for no
+    such order, whether `amount` alone does: the tool then refunds nothing anyway)."""
+    refunded = Order.objects.filter(number=number).values_list("refunded_amount", flat=True)
+    return passes_threshold(refunded.first() or Decimal("0"), amount)
+
+
+def is_customer_address(number: int, address: str) -> bool:
+    """Whether `address` is the email of order `number`'s own customer."""
+    email = Order.objects.filter(number=number).values_list("customer_email", flat=True).first()
+    return email is not None and email.strip().lower() == address.strip().lower()
+
+
 async def refund_needs_approval(
     ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
 ) -> bool:
-    """Large refunds wait for a reviewer; anything that cannot be read waits too."""
+    """A refund that brings its order's refunds above the threshold waits for a reviewer;
+    anything that cannot be read waits too."""
     # The SDK only consults this policy when validation leaves the arguments unchanged: an
     # integer amount (30, not 30.0) becomes a float, so such a call waits for a reviewer anyway.
     amount = to_amount(params.get("amount"))
-    return amount is None or amount > REFUND_APPROVAL_THRESHOLD
+    number = to_order_number(params.get("order_id"))
+    if amount is None or number is None:
+        return True
+    return await db_hop(refund_passes_threshold)(number, amount)
 
 
 async def email_needs_approval(
     ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
 ) -> bool:
-    """An email about a refund is a promise to a customer: a reviewer reads it first."""
-    subject = params.get("subject")
-    if not isinstance(subject, str):
+    """A reviewer reads an email first when it is about a refund (a promise to a customer), or
+    goes to anyone but the customer of the order it is about; anything unreadable waits too."""
+    subject, to = params.get("subject"), params.get("to")
+    number = to_order_number(params.get("order_id"))
+    if not isinstance(subject, str) or re.search(r"refund", subject, re.IGNORECASE):
         return True
-    return re.search(r"refund", subject, re.IGNORECASE) is not None
+    if not isinstance(to, str) or number is None:
+        return True
+    return not await db_hop(is_customer_address)(number, to)
 
 
 @function_tool
@@ -169,8 +213,8 @@ def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
 def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:
     """Refund part or all of an order's amount to the customer.
 
-    Refunds above $50 wait for a reviewer's approval. The total refunded can never exceed what
-    the customer paid.
+    A refund that brings the order's refunds above $50 in total waits for a reviewer's
+    approval. The total refunded can never exceed what the customer paid.
 
     Args:
         order_id: The order number to refund.
@@ -179,17 +223,22 @@ def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:
     value = to_amount(amount)
     if value is None:
         return f"A refund must be a positive amount, not {amount!r}."
-    return refund(order_id, value, ctx.tool_call_id)
+    reviewed = ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is True
+    return refund(order_id, value, ctx.tool_call_id, reviewed=reviewed)
 
 
 @function_tool(needs_approval=email_needs_approval)
-def send_email(ctx: ToolContext[Any], to: str, subject: str, body: str) -> str:
-    """Send an email to a customer. Emails about refunds wait for a reviewer's approval.
+def send_email(
+    ctx: ToolContext[Any], to: str, subject: str, body: str, order_id: int | None = None
+) -> str:
+    """Send an email to a customer. An email about a refund, or to anyone but the customer of
+    the order it is about, waits for a reviewer's approval.
 
     Args:
         to: The recipient's email address.
         subject: The subject line.
         body: The plain-text body.
+        order_id: The order the email is about, if any.
     """
     return record_email(to, subject, body, ctx.tool_call_id)
 
@@ -197,8 +246,8 @@ def send_email(ctx: ToolContext[Any], to: str, subject: str, body: str) -> str:
 KNOWLEDGE_BASE: dict[str, str] = {
     "Refund policy": (
         "Refunds go back to the original payment method within 5 business days. Any part of an "
-        "order can be refunded, up to the amount paid. Refunds above $50 are reviewed by a "
-        "person before they are issued."
+        "order can be refunded, up to the amount paid. A refund that brings an order's refunds "
+        "above $50 in total is reviewed by a person before it is issued."
     ),
     "Cancellations": (
         "An order can be cancelled until it is delivered. Once delivered, the customer can "

@@ -8,7 +8,11 @@ import os
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("SECRET_KEY", "tests-only-secret-key")
+# Strong enough for the check the settings make with DEBUG off (long, varied, no
+# "django-insecure-" prefix), and used by tests only.
+os.environ.setdefault(
+    "SECRET_KEY", "tests-only-secret-key-4f9c2b7e1d8a6053-Kq7Zr2Wm9Xv4Tn8Ls1Pb6Hd3Jg0Fc5"
+)
 # The browser tests' daphne server runs these settings too, with DEBUG on so that it serves
 # static files straight from the source tree; the test process itself runs with DEBUG off.
 os.environ["DEBUG"] = "1" if os.environ.get("AGENTSITE_LIVE_TEST_SERVER") else "0"

@@ -239,3 +239,31 @@ def test_it_takes_the_timeout_from_settings_or_the_option(submitted: list, setti
     assert run.status == RunStatus.FAILED
     with pytest.raises(CommandError, match="zero or more"):
         command("recover_runs", "--older-than", "-1")
+
+
+# --- seed_demo ------------------------------------------------------------------------------
+
+
+def test_seeding_again_keeps_the_demo_users_passwords_and_sessions(settings: Any) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    settings.DEBUG = True
+    command("seed_demo")
+    User = get_user_model()
+    alice = Client()
+    assert alice.login(username="alice", password="alice-demo-pass")
+    assert alice.get("/chats/").status_code == 200
+    rita = User.objects.get(username="rita")
+    rita.set_password("rita-own-password")  # changed by hand since
+    rita.save()
+    hashes = dict(User.objects.values_list("username", "password"))
+
+    out = command("seed_demo")
+
+    assert dict(User.objects.values_list("username", "password")) == hashes
+    # The session made before the second seeding is still logged in.
+    assert alice.get("/chats/").status_code == 200
+    assert Client().login(username="rita", password="rita-own-password")
+    assert "password unchanged" in out
+    assert "demo-pass" not in out

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from agents import FunctionTool, RunConfig, Runner, RunResult, RunState
 from agents.tool_context import ToolContext
+from asgiref.sync import sync_to_async
 from openai.types.responses import ResponseTextDeltaEvent
 
 from demo import tools
@@ -215,10 +216,84 @@ async def test_it_holds_an_email_about_a_refund_for_approval() -> None:
 
 
 async def test_it_sends_other_emails_without_approval() -> None:
-    result = await run("email bob@example.com about the delayed delivery of order 7")
+    result = await run("email chen.wei@example.com about the delayed delivery of order 7")
 
     assert result.interruptions == []
+    assert await SentEmail.objects.filter(to="chen.wei@example.com").aexists()
+
+
+async def test_it_holds_an_email_to_someone_other_than_the_orders_customer() -> None:
+    # Order 7 is Chen Wei's (chen.wei@example.com).
+    paused = await run("email bob@example.com about the delayed delivery of order 7")
+
+    [interruption] = paused.interruptions
+    assert interruption.tool_name == "send_email"
+    assert json.loads(interruption.arguments or "{}")["to"] == "bob@example.com"
+    assert await SentEmail.objects.acount() == 0
+
+    await approve_and_resume(paused)
+
     assert await SentEmail.objects.filter(to="bob@example.com").aexists()
+
+
+async def test_it_holds_an_email_that_names_no_order_for_approval() -> None:
+    paused = await run("email chen.wei@example.com about the delayed delivery")
+
+    [interruption] = paused.interruptions
+    assert interruption.tool_name == "send_email"
+    assert await SentEmail.objects.acount() == 0
+
+
+async def test_it_holds_refunds_for_approval_once_their_total_passes_the_threshold() -> None:
+    first = await run("refund 45 on order 42")
+    assert first.interruptions == []
+    assert (await get_order(42)).refunded_amount == Decimal("45.00")
+
+    # 45 more would make 90 refunded without a reviewer.
+    paused = await run("refund 45 on order 42")
+    [interruption] = paused.interruptions
+    assert interruption.tool_name == "issue_refund"
+    assert (await get_order(42)).refunded_amount == Decimal("45.00")
+
+    await approve_and_resume(paused)
+    assert (await get_order(42)).refunded_amount == Decimal("90.00")
+
+    # However small, a refund on top of 90 waits too.
+    [again] = (await run("refund 5 on order 42")).interruptions
+    assert again.tool_name == "issue_refund"
+    assert (await get_order(42)).refunded_amount == Decimal("90.00")
+
+
+async def test_three_small_refunds_on_one_order_never_pass_the_threshold_unreviewed() -> None:
+    for _ in range(3):
+        await run("refund 45 on order 58")
+
+    assert (await get_order(58)).refunded_amount == Decimal("45.00")
+    assert await OrderEvent.objects.filter(order__number=58).acount() == 1
+
+
+def test_the_refund_itself_refuses_an_unreviewed_total_above_the_threshold() -> None:
+    """Checked again under the order's lock: two calls that each passed the policy while
+    nothing was refunded (in parallel, or from two conversations) cannot both go through."""
+    assert "Refunded $45.00" in tools.refund(42, Decimal("45"), "call_1")
+
+    refused = tools.refund(42, Decimal("45"), "call_2")
+
+    assert "needs a reviewer's approval" in refused
+    assert Order.objects.get(number=42).refunded_amount == Decimal("45.00")
+    assert "Refunded $45.00" in tools.refund(42, Decimal("45"), "call_3", reviewed=True)
+    assert Order.objects.get(number=42).refunded_amount == Decimal("90.00")
+
+
+async def test_an_unapproved_refund_call_is_held_to_the_threshold() -> None:
+    await sync_to_async(tools.refund)(42, Decimal("40"), "call_earlier")
+    arguments = {"order_id": 42, "amount": 30.0}
+    context = make_tool_context("issue_refund", arguments, "call_unapproved")
+
+    output = await get_tool("issue_refund").on_invoke_tool(context, json.dumps(arguments))
+
+    assert "needs a reviewer's approval" in output
+    assert (await get_order(42)).refunded_amount == Decimal("40.00")
 
 
 def test_it_cancels_once_per_tool_call_id() -> None:
@@ -230,11 +305,11 @@ def test_it_cancels_once_per_tool_call_id() -> None:
 
 
 def test_it_refunds_once_per_tool_call_id() -> None:
-    tools.refund(42, Decimal("30"), "call_same")
-    tools.refund(42, Decimal("30"), "call_same")
-    tools.refund(42, Decimal("30"), "call_other")
+    tools.refund(42, Decimal("20"), "call_same")
+    tools.refund(42, Decimal("20"), "call_same")
+    tools.refund(42, Decimal("20"), "call_other")
 
-    assert Order.objects.get(number=42).refunded_amount == Decimal("60.00")
+    assert Order.objects.get(number=42).refunded_amount == Decimal("40.00")
     assert OrderEvent.objects.count() == 2
 
 
@@ -261,6 +336,16 @@ async def test_it_replays_a_tool_call_without_a_second_effect() -> None:
         ({"order_id": 42, "amount": True}, True),
         ({"order_id": 42, "amount": -5.0}, True),
         ({}, True),
+        # Order 15 has $20.00 refunded already: the threshold is on the order's total.
+        ({"order_id": 15, "amount": 30.0}, False),
+        ({"order_id": 15, "amount": 30.01}, True),
+        ({"amount": 30.0}, True),
+        ({"order_id": "42", "amount": 30.0}, True),
+        ({"order_id": 42.5, "amount": 30.0}, True),
+        ({"order_id": True, "amount": 30.0}, True),
+        # No such order: the tool says so, and refunds nothing.
+        ({"order_id": 999, "amount": 30.0}, False),
+        ({"order_id": 999, "amount": 80.0}, True),
     ],
 )
 async def test_it_requires_approval_for_large_or_unreadable_refunds(
@@ -276,7 +361,32 @@ async def test_it_requires_approval_for_large_or_unreadable_refunds(
 async def test_it_requires_approval_for_emails_about_refunds(
     subject: str | None, expected: bool
 ) -> None:
-    params = {"to": "alice@example.com", "subject": subject, "body": "Hello"}
+    params = {"to": "alice@example.com", "subject": subject, "body": "Hello", "order_id": 42}
+    assert await tools.email_needs_approval(None, params, "call_1") is expected
+
+
+@pytest.mark.parametrize(
+    ("to", "order_id", "expected"),
+    [
+        ("alice@example.com", 42, False),  # Alice Martin's own order
+        ("Alice@Example.com", 42, False),
+        (" alice@example.com ", 42, False),
+        ("chen.wei@example.com", 42, True),  # another customer's address
+        ("bob@example.com", 42, True),
+        ("alice@example.com", 7, True),
+        ("alice@example.com", None, True),
+        ("alice@example.com", 999, True),
+        ("alice@example.com", "42", True),
+        ("alice@example.com", True, True),
+        (None, 42, True),
+    ],
+)
+async def test_it_requires_approval_for_emails_to_anyone_but_the_orders_customer(
+    to: str | None, order_id: object, expected: bool
+) -> None:
+    params: dict[str, Any] = {"to": to, "subject": "Your order has shipped", "body": "Hello"}
+    if order_id is not None:
+        params["order_id"] = order_id
     assert await tools.email_needs_approval(None, params, "call_1") is expected
 
 

@@ -18,6 +18,8 @@ from agentsite.settings import env_bool, env_float, env_int, env_json_list, env_
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "AGENTSITE_TEST_SETTING"
+# Strong enough for DEBUG off (a weak key is refused: tests/test_deploy.py).
+PRODUCTION_KEY = "a-production-secret-Xr4Tq9Lm2Vz7Kb1Nw8Hc5Jd3Pf6Gs0Ye-uA"
 
 
 # --- env_bool -------------------------------------------------------------------------------
@@ -151,9 +153,9 @@ def import_settings(**env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_it_imports_with_debug_off_and_a_secret_key() -> None:
-    imported = import_settings(DEBUG="off", SECRET_KEY="a-production-secret")
+    imported = import_settings(DEBUG="off", SECRET_KEY=PRODUCTION_KEY)
     assert imported.returncode == 0, imported.stderr
-    assert imported.stdout.split() == ["False", "a-production-secret"]
+    assert imported.stdout.split() == ["False", PRODUCTION_KEY]
 
 
 def test_it_refuses_to_start_on_a_debug_value_it_does_not_understand() -> None:

@@ -1,4 +1,5 @@
-"""Create the demo users (and the demo's orders). Safe to run again and again."""
+"""Create the demo users (and the demo's orders). Safe to run again and again: users that
+exist already keep their passwords, so their sessions stay logged in."""
 
 from __future__ import annotations
 
@@ -59,14 +60,16 @@ class Command(BaseCommand):
             user.is_staff = user.is_superuser = True
         if role == "reviewer":
             user.groups.add(reviewers)
-        if settings.DEBUG:
+        # A password is set once, when the user is created: setting it again would log out
+        # every session of the user (and undo a password changed since).
+        if not created:
+            shown = "password unchanged"
+        elif settings.DEBUG:
             user.set_password(password)
             shown = f"password {password}"
-        elif created:
+        else:
             # Outside DEBUG nobody may log in with a published password.
             user.set_password(secrets.token_urlsafe(24))
             shown = "random password (set one with `manage.py changepassword`)"
-        else:
-            shown = "password unchanged"
         user.save()
         return f"{username:<6} {role:<10} {shown}"
