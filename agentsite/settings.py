@@ -319,6 +319,10 @@ AGENTSITE_REJECTION_MESSAGE = env_str(
 # Where runs execute: "inprocess" (an asyncio task in the server) or "tasks" (Django's tasks
 # on the database backend, run by workers started with `manage.py db_worker`).
 AGENTSITE_EXECUTOR = env_str("AGENTSITE_EXECUTOR", "inprocess")
+# Per person: messages (runs started) in any minute, conversations opened in any hour (0: no
+# limit). Beyond them the page answers 429 with a message; nothing is stored.
+AGENTSITE_MESSAGES_PER_MINUTE = env_int("AGENTSITE_MESSAGES_PER_MINUTE", 10)
+AGENTSITE_CONVERSATIONS_PER_HOUR = env_int("AGENTSITE_CONVERSATIONS_PER_HOUR", 30)
 # On SIGTERM a server lets its in-flight runs end for this many seconds, then marks the rest
 # interrupted (`python -m agentsite.serve`).
 AGENTSITE_SHUTDOWN_GRACE = env_float("AGENTSITE_SHUTDOWN_GRACE", 10.0)

@@ -53,6 +53,10 @@ class AgentRunQuerySet(models.QuerySet["AgentRun"]):
         """Runs that keep their conversation from taking a new message."""
         return self.filter(status__in=BUSY_STATUSES)
 
+    def started_by_since(self, user: Any, since: datetime) -> AgentRunQuerySet:
+        """The runs `user` started from `since` on: what the message rate limit counts."""
+        return self.filter(requested_by=user, created__gte=since)
+
     def stuck(self, cutoff: datetime) -> AgentRunQuerySet:
         """Active runs that have not moved since `cutoff` (a live run beats every 30 s)."""
         return self.filter(status__in=ACTIVE_STATUSES, updated__lt=cutoff)

@@ -21,6 +21,10 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
     def owned_by(self, user: Any) -> ConversationQuerySet:
         return self.filter(owner=user)
 
+    def started_since(self, user: Any, since: Any) -> ConversationQuerySet:
+        """The conversations `user` opened from `since` on: what the rate limit counts."""
+        return self.filter(owner=user, created__gte=since)
+
 
 class Conversation(models.Model):
     session_id = models.CharField(

@@ -8,9 +8,11 @@ websocket consumer renders what it pushes, so a reload never disagrees with a pu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, cast
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -129,6 +131,10 @@ def _chat_page(
 @require_GET
 def chats(request: HttpRequest) -> HttpResponse:
     """The user's conversations, most recently active first."""
+    return _chats_page(request)
+
+
+def _chats_page(request: HttpRequest, status: int = 200) -> HttpResponse:
     first_message = (
         SessionItem.objects.filter(conversation=OuterRef("pk"), payload__role="user")
         .order_by("id")
@@ -153,6 +159,7 @@ def chats(request: HttpRequest) -> HttpResponse:
         request,
         "conversations/chats.html",
         {"page": page, "rows": rows, "new_form": NewConversationForm()},
+        status=status,
     )
 
 
@@ -185,6 +192,15 @@ def chat_new(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Choose one of the agents in the list.")
         return redirect("chats")
+    limit = settings.AGENTSITE_CONVERSATIONS_PER_HOUR
+    since = timezone.now() - timedelta(hours=1)
+    if limit > 0 and Conversation.objects.started_since(request.user, since).count() >= limit:
+        messages.error(
+            request,
+            f"You are starting conversations too fast: at most {limit} an hour. "
+            "Continue one of these, or try again later.",
+        )
+        return _chats_page(request, status=429)
     conversation = Conversation.objects.create(
         owner=cast(Any, request.user), agent_name=form.agent_name()
     )
@@ -224,6 +240,7 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     or while the conversation's last run is still going."""
     conversation = _get_conversation_for_user(request, session_id)
     form = MessageForm(request.POST)
+    status = 400
     if form.is_valid():
         try:
             with transaction.atomic():
@@ -240,6 +257,9 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
                 runs.start_run(conversation, form.cleaned_data["text"], request.user)
         except _Busy as refusal:
             form.add_error("text", str(refusal))
+        except runs.RateLimited as limit:
+            form.add_error("text", str(limit))
+            status = 429
         except ValueError as error:  # empty or too long
             form.add_error("text", str(error))
         except registry.UnknownAgent:
@@ -254,6 +274,7 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
                 request,
                 "conversations/chat.html#composer",
                 {"conversation": conversation, "form": form},
+                status=429 if status == 429 else 200,
             )
         # The run's block arrives over the socket (or with the next re-sync).
         return render(
@@ -262,7 +283,7 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             {"conversation": conversation, "form": MessageForm(), "autofocus": True},
         )
     if form.errors:
-        return _chat_page(request, conversation, form=form, status=400)
+        return _chat_page(request, conversation, form=form, status=status)
     return redirect(reverse("chat", args=[conversation.session_id]) + "#composer")
 
 

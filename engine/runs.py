@@ -21,6 +21,7 @@ import asyncio
 import hmac
 import json
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ logger = logging.getLogger(__name__)
 MAX_INPUT_CHARS = 20_000
 MAX_MESSAGE_CHARS = 2_000
 HEARTBEAT_SECONDS = 30
+RATE_WINDOW = timedelta(minutes=1)
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -88,6 +90,10 @@ class RequestExpired(DecisionRefused):
 
 class RequestClosed(DecisionRefused):
     pass
+
+
+class RateLimited(Exception):
+    """Too many messages from one person in a minute; the message says when to try again."""
 
 
 class RunFailure(Exception):
@@ -114,6 +120,8 @@ def start_run(
         )
     agent_name = conversation.agent_name or registry.default_agent_name()
     registry.get_agent(agent_name)  # fail here, not in the background, for an unknown agent
+    if user is not None and user.is_authenticated:
+        _check_message_rate(user)
     run = AgentRun.objects.create(
         conversation=conversation,
         agent_name=agent_name,
@@ -140,6 +148,30 @@ def start_run(
 
 
 astart_run = sync_to_async(start_run)
+
+
+def _check_message_rate(user: User) -> None:
+    """At most AGENTSITE_MESSAGES_PER_MINUTE runs started by one person in any minute (0: no
+    limit), counted from the runs themselves, so every process applies the same count.
+
+    Raises:
+        RateLimited: the limit is reached; nothing is stored.
+    """
+    limit = settings.AGENTSITE_MESSAGES_PER_MINUTE
+    if limit <= 0:
+        return
+    now = timezone.now()
+    recent = list(
+        AgentRun.objects.started_by_since(user, now - RATE_WINDOW)
+        .order_by("-created")
+        .values_list("created", flat=True)[:limit]
+    )
+    if len(recent) >= limit:
+        wait = max(1, math.ceil((recent[-1] + RATE_WINDOW - now).total_seconds()))
+        raise RateLimited(
+            f"You are sending messages too fast: at most {limit} a minute. "
+            f"Try again in {wait} second{'s' if wait != 1 else ''}."
+        )
 
 
 # --- executing ------------------------------------------------------------------------------
