@@ -140,6 +140,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # An htmx request whose session ended is sent to the login page as a whole page.
+    "common.auth.htmx_login_redirect",
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.factories import PASSWORD, make_user
+from tests.factories import PASSWORD, make_conversation, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -116,3 +116,47 @@ def test_a_user_with_fewer_failures_than_the_limit_still_logs_in(limit: int) -> 
     for _ in range(3):
         again = Client()
         assert login(again, "alice", PASSWORD).status_code == 302
+
+
+# --- htmx requests after the session ended ------------------------------------------------
+
+
+def htmx(current_url: str) -> dict[str, str]:
+    return {"HTTP_HX_REQUEST": "true", "HTTP_HX_CURRENT_URL": current_url}
+
+
+def test_an_htmx_send_after_logout_redirects_the_page_to_the_login_page() -> None:
+    alice = make_user(username="alice")
+    conversation = make_conversation(owner=alice)
+    chat = f"/chats/{conversation.session_id}/"
+    client = Client()
+    client.force_login(alice)
+    client.post("/accounts/logout/")
+
+    response = client.post(
+        f"{chat}messages/", {"text": "my long message"}, **htmx(f"http://testserver{chat}")
+    )
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == f"/accounts/login/?next={chat}"
+    assert b"Log in" not in response.content
+
+
+def test_an_htmx_decision_after_logout_redirects_to_the_login_page() -> None:
+    client = Client()
+    response = client.post(
+        "/inbox/1/decide/", {"decision": "approve"}, **htmx("http://testserver/inbox/")
+    )
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == "/accounts/login/?next=/inbox/"
+
+
+def test_it_takes_next_from_the_request_when_the_current_url_is_another_site() -> None:
+    response = Client().get("/inbox/rows/", **htmx("https://evil.example/inbox/"))
+    assert response["HX-Redirect"] == "/accounts/login/?next=/inbox/rows/"
+
+
+def test_a_plain_request_after_logout_still_gets_the_usual_redirect() -> None:
+    response = Client().get("/inbox/")
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/login/?next=/inbox/"
+    assert "HX-Redirect" not in response
