@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,7 @@ INSTALLED_APPS = [
     "engine",
     "demo",
     "django_tasks_db",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -183,6 +185,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # An htmx request whose session ended is sent to the login page as a whole page.
+    "common.auth.htmx_login_redirect",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 # One strict policy for every page, the admin's included, with DEBUG on or off: scripts and
@@ -266,6 +272,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# axes' backend first: it refuses a locked-out login before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "home"
@@ -289,6 +300,21 @@ STORAGES = {
         else "whitenoise.storage.CompressedManifestStaticFilesStorage"
     },
 }
+
+# --- Login throttling ----------------------------------------------------------------------
+# django-axes counts failed logins on /accounts/login/ and /admin/login/ in the database. Two
+# separate locks: a username is locked after this many failures from any address (one user's
+# password guessed from many addresses), and an address is locked after this many failures
+# across any usernames (one address spraying a password over many users). A combined
+# [username, address] lock would stop neither. A success resets no count (an attacker with an
+# account of her own could otherwise wipe her address's count); failures age out instead.
+AXES_FAILURE_LIMIT = env_int("AGENTSITE_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("AGENTSITE_LOGIN_COOLOFF_SECONDS", 15 * 60))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = False
+AXES_LOCKOUT_CALLABLE = "common.auth.lockout_response"
+# The address is REMOTE_ADDR (axes' default): behind a proxy every client shares the proxy's
+# address, and a forwarded header is trusted only when configured (see the README).
 
 # --- The agents ----------------------------------------------------------------------------
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from django.test import Client
+from django.test import Client, RequestFactory
 
 from conversations.models import SessionItem
 from tests.factories import REVIEWER, make_conversation, make_user
@@ -57,7 +57,12 @@ def test_seed_demo_is_idempotent_and_prints_passwords_only_in_debug(settings: An
     assert User.objects.get(username="admin").is_superuser
     assert not User.objects.get(username="alice").is_staff
     assert "alice-demo-pass" in out.getvalue()
-    assert Client().login(username="alice", password="alice-demo-pass")
+    # django-axes needs the request in authenticate(); Client.login() passes it on.
+    assert Client().login(
+        request=RequestFactory().post("/accounts/login/"),
+        username="alice",
+        password="alice-demo-pass",
+    )
     assert Group.objects.filter(name="Reviewers").count() == 1
 
     settings.DEBUG = False
@@ -69,7 +74,11 @@ def test_seed_demo_is_idempotent_and_prints_passwords_only_in_debug(settings: An
 def test_seed_demo_without_debug_sets_unguessable_passwords(settings: Any) -> None:
     settings.DEBUG = False
     call_command("seed_demo", stdout=StringIO())
-    assert not Client().login(username="admin", password="admin-demo-pass")
+    assert not Client().login(
+        request=RequestFactory().post("/accounts/login/"),
+        username="admin",
+        password="admin-demo-pass",
+    )
 
 
 def test_admin_shows_a_conversation_with_its_items_oldest_first(admin_client: Client) -> None:
