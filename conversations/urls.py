@@ -1,6 +1,6 @@
 from django.urls import path
 
-from agentsite import converters  # noqa: F401  (registers <key:...>)
+from common import converters  # noqa: F401  (registers <key:...>)
 from conversations import views
 
 urlpatterns = [
