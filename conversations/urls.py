@@ -1,15 +1,16 @@
 from django.urls import path
 
+from common import converters  # noqa: F401  (registers <key:...>)
 from conversations import views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("chats/", views.chats, name="chats"),
     path("chats/new/", views.chat_new, name="chat_new"),
-    path("chats/<str:session_id>/", views.chat, name="chat"),
-    path("chats/<str:session_id>/history/", views.chat_history, name="chat_history"),
-    path("chats/<str:session_id>/messages/", views.chat_send, name="chat_send"),
-    path("chats/<str:session_id>/undo/", views.chat_undo, name="chat_undo"),
-    path("chats/<str:session_id>/clear/", views.chat_clear, name="chat_clear"),
-    path("chats/<str:session_id>/rename/", views.chat_rename, name="chat_rename"),
+    path("chats/<key:session_id>/", views.chat, name="chat"),
+    path("chats/<key:session_id>/history/", views.chat_history, name="chat_history"),
+    path("chats/<key:session_id>/messages/", views.chat_send, name="chat_send"),
+    path("chats/<key:session_id>/undo/", views.chat_undo, name="chat_undo"),
+    path("chats/<key:session_id>/clear/", views.chat_clear, name="chat_clear"),
+    path("chats/<key:session_id>/rename/", views.chat_rename, name="chat_rename"),
 ]

@@ -7,14 +7,17 @@ websocket consumer renders what it pushes, so a reload never disagrees with a pu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import wraps
 from typing import Any, cast
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import RequestDataTooBig
 from django.core.paginator import Paginator
 from django.db import models, transaction
 from django.db.models import OuterRef, Subquery
@@ -22,6 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from approvals.models import AgentRun, RunStatus
@@ -233,8 +237,41 @@ class _Busy(Exception):
     pass
 
 
+_View = Callable[..., HttpResponse]
+TOO_LONG = f"The message is too long (at most {runs.MAX_INPUT_CHARS} characters)."
+
+
+def _too_long_beyond_the_upload_limit(view: _View) -> _View:
+    """A message whose body is beyond `DATA_UPLOAD_MAX_MEMORY_SIZE` is refused as too long,
+    the way `runs.start_run` refuses a long one, instead of with Django's bare 400 page
+    (which the htmx composer shows as nothing). CSRF middleware reads the body before any
+    view, so the view is exempt from it and checks the token itself, after the size: a
+    refusal changes nothing. The text is not sent back: reading it is what the limit stops."""
+    protected = csrf_protect(view)
+
+    @wraps(view)
+    def wrapper(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+        try:
+            request.POST  # noqa: B018  (parsed here, within the limit, or refused)
+        except RequestDataTooBig:
+            # As Django's own handler does, so that POST reads as empty from here on.
+            request._mark_post_parse_error()  # type: ignore[attr-defined]
+            conversation = _get_conversation_for_user(request, session_id)
+            form = MessageForm({"text": ""})
+            form.add_error("text", TOO_LONG)
+            if request.htmx:
+                context = {"conversation": conversation, "form": form}
+                return render(request, "conversations/chat.html#composer", context)
+            return _chat_page(request, conversation, form=form, status=400)
+        return protected(request, session_id)
+
+    wrapper.csrf_exempt = True  # type: ignore[attr-defined]
+    return wrapper
+
+
 @login_required
 @require_POST
+@_too_long_beyond_the_upload_limit
 def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Start a run on the message. Refused, with the text kept, when it is empty or too long,
     or while the conversation's last run is still going."""

@@ -322,6 +322,33 @@ def test_an_invalid_filter_is_a_400_with_the_form_errors(client: Client, olga: A
         assert "Fix the filter to see traces." in html
 
 
+@pytest.mark.parametrize(
+    ("time_zone", "query"),
+    [
+        ("UTC", {"until": "9999-12-31"}),
+        ("Asia/Tokyo", {"since": "0001-01-01"}),  # midnight in Tokyo is before year 1 in UTC
+        ("America/New_York", {"until": "9999-12-31"}),
+    ],
+)
+def test_a_date_bound_out_of_range_is_a_form_error_not_a_500(
+    client: Client, olga: Any, settings: Any, time_zone: str, query: dict[str, str]
+) -> None:
+    settings.TIME_ZONE = time_zone
+    make_trace()
+    response = client.get(reverse("trace_list"), query)
+    assert response.status_code == 400, query
+    html = text(response)
+    assert "This filter is not valid" in html and "This date is out of range" in html, query
+    assert response.context["page"].rows == []
+
+
+def test_the_first_and_last_representable_days_still_filter(client: Client, olga: Any) -> None:
+    trace = make_trace()
+    response = client.get(reverse("trace_list"), {"since": "0001-01-02", "until": "9999-12-30"})
+    assert response.status_code == 200
+    assert listed(response) == [trace.trace_id]
+
+
 def test_it_pages_through_100000_traces_by_keyset_through_an_index(
     client: Client, olga: Any, django_assert_max_num_queries: Any
 ) -> None:

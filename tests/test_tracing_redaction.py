@@ -78,6 +78,43 @@ def test_it_leaves_ordinary_numbers_and_ids_alone(text: str) -> None:
     assert mask_text(text) == text
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Two phone numbers in a row: the first must not swallow the second's area code.
+        ("+44 20 7946 0958 (415) 555-2671", "[phone] [phone]"),
+        ("call +44 20 7946 0958 (415) 555-2671 today", "call [phone] [phone] today"),
+        ("+44 20 7946 0958 415-555-2671", "[phone] [phone]"),
+        ("+1 (415) 555-2671 +44 20 7946 0958", "[phone] [phone]"),
+        ("+44 (0)20 7946 0958", "[phone]"),
+        # A card right after another number: the card is found where it starts.
+        ("ref 12 4015 0616 9717 8447", "ref 12 [card]"),
+        ("ref 1234 4015 0616 9717 8447", "ref 1234 [card]"),
+        ("order 42 4015-0616-9717-8447 paid", "order 42 [card] paid"),
+        ("4015 0616 9717 8447 ref 12", "[card] ref 12"),
+        (f"{VISA} {MASTERCARD}", "[card] [card]"),
+        ("ref 12 4015061697178447", "ref 12 [card]"),
+    ],
+)
+def test_it_masks_numbers_next_to_other_numbers(text: str, expected: str) -> None:
+    assert mask_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "orders 12 34 56 78 90 12 34 56",  # ids in a row: no phone, no card
+        "amounts 120 45 80 135 990 1200 15",
+        "dates 2026-11-30 2026-12-01 2026-12-02",
+        "ref 12 4111 1111 1111 1112",  # the number after 12 fails Luhn: nothing to mask
+        "12345678901234567890123456789012",  # one bare run of digits is never a card
+        "41111111111111112",  # 17 digits: their first 16 pass Luhn, but a number ends at its end
+    ],
+)
+def test_numbers_in_a_row_that_are_not_cards_or_phones_stay_readable(text: str) -> None:
+    assert mask_text(text) == text
+
+
 def test_the_checks_are_the_real_ones() -> None:
     assert luhn_valid("4111111111111111")
     assert not luhn_valid("4111111111111112")
@@ -183,7 +220,16 @@ def test_the_patterns_setting_reads_a_json_list_or_commas(monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize(
     "text",
-    ["a" * 100_000 + " 123", "1" * 100_000, "a." * 50_000 + "123", "+1" * 50_000, "a@" * 50_000],
+    [
+        "a" * 100_000 + " 123",
+        "1" * 100_000,
+        "a." * 50_000 + "123",
+        "+1" * 50_000,
+        "a@" * 50_000,
+        "1 " * 50_000,
+        "1234 " * 20_000,
+        "+44 20 " * 15_000,
+    ],
 )
 def test_it_masks_long_strings_in_linear_time(text: str) -> None:
     # An unbounded email pattern took a minute on each of these.

@@ -60,9 +60,19 @@ class TraceFilterForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        self._bounds: dict[str, datetime] = {}
         since, until = data.get("since"), data.get("until")
         if since and until and until < since:
             raise ValidationError("The date range ends before it starts.")
+        # The bounds the filter compares with, computed here so that a day whose midnight
+        # (or the next day's) is not a datetime in UTC is an error of its field, not a 500.
+        for name, day in (("since", since), ("until", until)):
+            if day is None:
+                continue
+            try:
+                self._bounds[name] = _day_start(day if name == "since" else day + timedelta(days=1))
+            except OverflowError:
+                self.add_error(name, "This date is out of range.")
         if data.get("older") and data.get("newer"):
             raise ValidationError("Page older or newer, not both.")
         return data
@@ -89,10 +99,10 @@ class TraceFilterForm(forms.Form):
             q &= Q(group_id=data["conversation"])
         if data.get("status"):
             q &= Q(status=data["status"])
-        if data.get("since"):
-            q &= Q(started_at__gte=_day_start(data["since"]))
-        if data.get("until"):
-            q &= Q(started_at__lt=_day_start(data["until"] + timedelta(days=1)))
+        if "since" in self._bounds:
+            q &= Q(started_at__gte=self._bounds["since"])
+        if "until" in self._bounds:
+            q &= Q(started_at__lt=self._bounds["until"])
         if data.get("q"):
             q &= text_filter(data["q"])
         return q
@@ -134,5 +144,6 @@ def text_filter(text: str) -> Q:
 
 
 def _day_start(day: date) -> datetime:
-    """Midnight of `day` in the site's time zone: dates are picked as people see them."""
-    return timezone.make_aware(datetime.combine(day, time.min))
+    """Midnight of `day` in the site's time zone (dates are picked as people see them), in
+    UTC, as the database is given it; OverflowError when that is before year 1 or after 9999."""
+    return timezone.make_aware(datetime.combine(day, time.min)).astimezone(UTC)

@@ -8,10 +8,10 @@ are parsed, masked inside and written back. Dict values under secret-looking key
 What is masked (`AGENTSITE_TRACE_REDACTION`, on by default):
 - email addresses -> `[email]`
 - phone numbers, international (`+44 20 7946 0958`) and US (`(415) 555-2671`, `415-555-2671`)
-  -> `[phone]`; a bare run of digits is never taken for a phone number, so order ids,
-  amounts, dates and timestamps stay readable
-- card numbers: 13-19 digits, spaces or dashes allowed, only when they pass the Luhn check
-  -> `[card]`
+  -> `[phone]`, also two in a row; a bare run of digits (or several, space-separated) is never
+  taken for a phone number, so order ids, amounts, dates and timestamps stay readable
+- card numbers: 13-19 digits, together or in a card's groups (4-4-4-4, 4-6-5, one separator),
+  only when they pass the Luhn check -> `[card]`, also right after another number
 - IBANs, only when they pass the mod-97 check -> `[iban]`
 - API keys (`sk-...`, `sk-proj-...` and a few well-known token prefixes), values after
   `api_key=` / `token=` / `password=`-like names, `Bearer ...` -> `[secret]`
@@ -66,16 +66,30 @@ _ASSIGNED_SECRET = re.compile(
 _EMAIL = re.compile(
     r"[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,8}\.[A-Za-z]{2,24}\b"
 )
-# 13-19 digits, single spaces or dashes between them; Luhn decides.
-_CARD = re.compile(r"(?<![\w\-.])\d(?:[ \-]?\d){12,18}(?![\w])")
+# 13-19 digits, printed as a card is: all together, in groups of four (the last one shorter,
+# 19 digits as 4-4-4-4-3) or as 4-6-5 / 4-6-4 (Amex, Diners), one separator throughout; Luhn
+# decides. Numbers spaced any other way (ids, amounts, dates in a row) are not taken for a
+# card, and a card right after another number is found where it starts.
+_CARD = re.compile(
+    r"(?<![\w\-.])(?:\d{13,19}"
+    r"|\d{4}(?P<sep>[ \-])\d{4}(?P=sep)\d{4}(?P=sep)\d{1,4}(?:(?P=sep)\d{1,3})?"
+    r"|\d{4}(?P<amex>[ \-])\d{6}(?P=amex)\d{4,5})(?![\w])"
+)
 # Country code, check digits, then up to 30 letters/digits, single spaces allowed; mod-97 decides.
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b", re.IGNORECASE)
+# A country code, then two to five groups; only the first group after the country code may
+# stand in parentheses (`+44 (0)20 ...`, `+1 (415) ...`), so that a number written right
+# after this one, `(415) 555-2671`, is not taken for more of it. 8-15 digits (E.164).
 _PHONE_INTERNATIONAL = re.compile(
-    r"(?<![\w+])\+\d{1,3}(?:[ .\-]?\(?\d{1,4}\)?){2,5}(?![\w])",
+    r"(?<![\w+])\+\d{1,3}(?:[ .\-]?(?:\(\d{1,4}\)|\d{1,4}))(?:[ .\-]?\d{1,4}){1,4}(?![\w])",
 )
+# `(415) 555-2671`, `415-555-2671`, `415.555.2671`; not `415 555 2671`, which is as likely
+# three numbers in a row (amounts, ids) as a phone number.
 _PHONE_US = re.compile(
-    r"(?<![\w\-.])(?:1[ .\-])?(?:\(\d{3}\) ?|\d{3}[ .\-])\d{3}[ .\-]\d{4}(?![\w\-])",
+    r"(?<![\w\-.+])(?:1[ .\-])?(?:\(\d{3}\) ?\d{3}[ .\-]|\d{3}(?P<sep>[.\-])\d{3}(?P=sep))\d{4}"
+    r"(?![\w\-])",
 )
+_PHONE_DIGITS = range(8, 16)
 
 
 def luhn_valid(digits: str) -> bool:
@@ -104,9 +118,10 @@ def _longest_valid_prefix(
 ) -> int:
     """The length of the longest prefix of `raw` whose kept characters pass `is_valid`, or 0.
 
-    Greedy regexes may swallow a following word or digit group; the number is its start."""
+    Greedy regexes may swallow a following word or digit group; the number is its start.
+    A number ends where a group of its characters ends, never inside one."""
     for end in range(len(raw), 0, -1):
-        if not raw[end - 1].isalnum():
+        if not raw[end - 1].isalnum() or (end < len(raw) and raw[end].isalnum()):
             continue
         kept = keep(raw[:end])
         if len(kept) < min_length:
@@ -132,6 +147,23 @@ def _checked(
     return pattern.sub(replace, text)
 
 
+def _cards(text: str) -> str:
+    """`text` with its card numbers masked. A match that fails Luhn is tried again from its
+    next group: `ref 1234 4015 0616 9717 8447` holds a card that starts at 4015."""
+    parts: list[str] = []
+    done = searched = 0
+    while match := _CARD.search(text, searched):
+        raw = match.group(0)
+        end = _longest_valid_prefix(raw, luhn_valid, _digits, 13)
+        if end:
+            parts += [text[done : match.start()], CARD]
+            done = searched = match.start() + end
+            continue
+        separator = next((i for i, char in enumerate(raw) if not char.isdigit()), None)
+        searched = match.start() + separator + 1 if separator is not None else match.end()
+    return "".join([*parts, text[done:]]) if parts else text
+
+
 def _digits(text: str) -> str:
     return "".join(char for char in text if char.isdigit())
 
@@ -141,8 +173,30 @@ def _alnum(text: str) -> str:
 
 
 def _phone(match: re.Match[str]) -> str:
+    """An international number; one with too many digits is two numbers in a row, the first
+    of them cut at the end of a group: where a US number follows if one does, else as late
+    as E.164 allows. What follows the cut is read again by `_PHONE_US`."""
     raw = match.group(0)
-    return PHONE if 8 <= len(_digits(raw)) <= 15 else raw
+    if len(_digits(raw)) in _PHONE_DIGITS:
+        return PHONE
+    text, start = match.string, match.start()
+    cuts = [
+        end
+        for end in range(len(raw), 0, -1)
+        if raw[end - 1].isdigit()
+        and end < len(raw)
+        and not raw[end].isalnum()
+        and len(_digits(raw[:end])) in _PHONE_DIGITS
+    ]
+    if not cuts:
+        return raw
+    for end in cuts:
+        rest = start + end
+        while rest < len(text) and text[rest] in " .-":
+            rest += 1
+        if rest > start + end and _PHONE_US.match(text, rest):
+            return PHONE + raw[end:]
+    return PHONE + raw[cuts[0] :]
 
 
 def mask_text(text: str) -> str:
@@ -171,7 +225,7 @@ def _mask(text: str, custom: tuple[re.Pattern[str], ...]) -> str:
         if "@" in text:
             text = _EMAIL.sub(EMAIL, text)
         text = _checked(_IBAN, text, iban_valid, _alnum, 15, IBAN)
-        text = _checked(_CARD, text, luhn_valid, _digits, 13, CARD)
+        text = _cards(text)
         text = _PHONE_INTERNATIONAL.sub(_phone, text)
         text = _PHONE_US.sub(PHONE, text)
     for pattern in custom:

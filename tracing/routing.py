@@ -9,5 +9,5 @@ from django.urls import re_path
 from tracing.consumers import TraceConsumer
 
 websocket_urlpatterns: list[Any] = [
-    re_path(r"^ws/traces/(?P<trace_id>[^/]+)/$", TraceConsumer.as_asgi()),
+    re_path(r"^ws/traces/(?P<trace_id>[^/\x00]+)/$", TraceConsumer.as_asgi()),
 ]
