@@ -431,11 +431,16 @@ def _fail_sync(
     from_statuses: tuple[str, ...] = ACTIVE_STATUSES,
     quiet_since: Any = None,
 ) -> bool:
-    """Fail the run if it is still in one of `from_statuses`; True if this call failed it."""
+    """Fail the run if it is still in one of `from_statuses`; True if this call failed it.
+
+    Its saved state goes with it: a failed run can never be resumed, whatever its status is
+    set back to later."""
     now = timezone.now()
     changes: dict[str, Any] = {
         "status": RunStatus.FAILED,
         "error": reason,
+        "state": None,
+        "state_signature": "",
         "finished": now,
         "updated": now,
     }
@@ -474,7 +479,10 @@ async def fail_unfinished(run_id: int, reason: str) -> None:
 async def _restore(run: AgentRun, agent: Agent[Any]) -> RunState[Any]:
     saved = run.state
     if not isinstance(saved, dict):
-        raise RunFailure("The saved state of this run is missing; nothing was executed.")
+        raise RunFailure(
+            "This run has no saved state (it is missing, or was cleared when the run failed); "
+            "nothing was executed."
+        )
     if not hmac.compare_digest(sign_state(saved), run.state_signature):
         raise RunFailure(
             "The saved state was changed outside agentsite (its signature does not match); "
