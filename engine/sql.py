@@ -20,7 +20,8 @@ class Statements:
     # Params: new status, updated, run id, expected status (turn overhead).
     claim: str
     # The same, and the state taken, once: params: new status, updated, True, run id,
-    # expected status (turn overhead; pause and resume).
+    # expected status (turn overhead; pause and resume). `runs.resume` runs it in one
+    # transaction with the insert of the pause's `ConsumedState` row.
     claim_state: str
 
 

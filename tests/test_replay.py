@@ -7,12 +7,15 @@ import asyncio
 from typing import Any
 
 import pytest
+from django.test import Client
 
-from approvals.models import AgentRun, RunStatus
+from approvals.models import AgentRun, ConsumedState, RunStatus
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import runs
 from tests.factories import make_reviewer, pause_run
+
+CONSUMED = "/admin/approvals/consumedstate/"
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -58,8 +61,126 @@ def test_a_failed_run_keeps_no_state_to_resume(submitted: list) -> None:
 
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
-    assert "no saved state" in run.error
+    # The state is gone, and the failure took its pause's state for good.
+    assert "ended with its run" in run.error
     assert "nothing was executed" in run.error
     assert cancelled_42() == 0
     assert Order.objects.get(number=42).status == Order.Status.PLACED
     assert outputs_for(run, run.approval_requests.get().call_id) == []
+
+
+def saved_copy(run: AgentRun) -> dict[str, Any]:
+    """What someone with a backup or database access keeps of a paused run."""
+    return {"state": run.state, "state_signature": run.state_signature}
+
+
+def write_back(run: AgentRun, copy: dict[str, Any]) -> None:
+    """The copy restored, and the run set to resume it: consumed flag and status as before."""
+    AgentRun.objects.filter(pk=run.pk).update(
+        **copy, state_consumed=False, status=RunStatus.RESUMING, finished=None
+    )
+
+
+def resume_once_then_replay(run: AgentRun, copy: dict[str, Any]) -> AgentRun:
+    runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
+    asyncio.run(runs.resume(run.pk))
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED, run.error
+    call_id = run.approval_requests.get().call_id
+    assert len(outputs_for(run, call_id)) == 1
+    assert cancelled_42() == 1
+
+    write_back(run, copy)
+    asyncio.run(runs.resume(run.pk))
+    run.refresh_from_db()
+    return run
+
+
+def assert_replay_refused(run: AgentRun) -> None:
+    assert run.status == RunStatus.FAILED
+    assert "already resumed once" in run.error
+    assert "nothing was executed" in run.error
+    assert len(outputs_for(run, run.approval_requests.get().call_id)) == 1
+    assert cancelled_42() == 1
+    assert Order.objects.get(number=42).status == Order.Status.CANCELLED
+
+
+def test_a_consumed_state_written_back_is_not_resumed_again(submitted: list) -> None:
+    run = pause_run("cancel order 42")
+    binding = run.state[runs.STATE_BINDING]
+    assert binding["run"] == run.pk
+    assert binding["pause"] == run.pause_count == 1
+    assert len(binding["nonce"]) == 32
+
+    run = resume_once_then_replay(run, saved_copy(run))
+
+    assert_replay_refused(run)
+    assert ConsumedState.objects.filter(run=run).count() == 1
+
+
+def test_a_state_saved_before_pauses_were_bound_resumes_once_only(submitted: list) -> None:
+    run = pause_run("cancel order 42")
+    # As a run paused before this change saved it: no binding inside the signed state.
+    legacy = {k: v for k, v in run.state.items() if k != runs.STATE_BINDING}
+    AgentRun.objects.filter(pk=run.pk).update(state=legacy, state_signature=runs.sign_state(legacy))
+    copy = {"state": legacy, "state_signature": runs.sign_state(legacy)}
+
+    run = resume_once_then_replay(run, copy)
+
+    assert_replay_refused(run)
+    consumed = ConsumedState.objects.get(run=run)
+    assert (consumed.pause, consumed.nonce) == (1, "")
+
+
+def test_a_state_bound_to_another_run_or_pause_executes_nothing(submitted: list) -> None:
+    first = pause_run("cancel order 42")
+    second = pause_run("cancel order 42")
+    # The first run's state, validly signed, in the second run's row.
+    AgentRun.objects.filter(pk=second.pk).update(**saved_copy(first))
+    runs.decide(second.approval_requests.get().pk, make_reviewer(), True)
+    asyncio.run(runs.resume(second.pk))
+    second.refresh_from_db()
+    assert second.status == RunStatus.FAILED
+    assert "belongs to another run or pause" in second.error
+    assert cancelled_42() == 0
+
+    # Its own state, presented as the state of a later pause.
+    AgentRun.objects.filter(pk=first.pk).update(pause_count=2)
+    first.approval_requests.update(pause=2)
+    runs.decide(first.approval_requests.get().pk, make_reviewer(), True)
+    asyncio.run(runs.resume(first.pk))
+    first.refresh_from_db()
+    assert first.status == RunStatus.FAILED
+    assert "belongs to another run or pause" in first.error
+    assert cancelled_42() == 0
+
+
+def test_a_copy_of_a_failed_runs_state_written_back_executes_nothing(submitted: list) -> None:
+    run = approved_pause()
+    copy = saved_copy(run)
+    assert runs._fail_sync(run.pk, "Interrupted by a restart.")
+
+    write_back(run, copy)
+    asyncio.run(runs.resume(run.pk))
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "already resumed once or ended" in run.error
+    assert cancelled_42() == 0
+    assert outputs_for(run, run.approval_requests.get().call_id) == []
+
+
+def test_staff_see_consumed_states_read_only(admin_client: Client, submitted: list) -> None:
+    run = approved_pause()
+    asyncio.run(runs.resume(run.pk))
+    consumed = ConsumedState.objects.get(run=run)
+
+    page = admin_client.get(CONSUMED).content.decode()
+    assert f"{CONSUMED}{consumed.pk}/change/" in page
+    assert consumed.nonce in page
+    assert f"{CONSUMED}add/" not in page
+    detail = admin_client.get(f"{CONSUMED}{consumed.pk}/change/").content.decode()
+    assert 'name="_save"' not in detail
+    assert 'name="nonce"' not in detail
+    assert admin_client.post(f"{CONSUMED}{consumed.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert ConsumedState.objects.filter(pk=consumed.pk).exists()
