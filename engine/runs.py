@@ -437,17 +437,25 @@ def _claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
     wins. With the run: True if its pause's state was never taken before, False if a row says
     it was (a copy written back after its resumption or its run's failure)."""
     now = connection.ops.adapt_datetimefield_value(timezone.now())
+    sql = statements()
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
-                statements().claim_state, [RunStatus.RUNNING, now, True, run_id, RunStatus.RESUMING]
+                sql.claim_state, [RunStatus.RUNNING, now, True, run_id, RunStatus.RESUMING]
             )
             claimed = cursor.rowcount == 1
         if not claimed:
             logger.info("Run %s was not resuming (or already taken); left alone.", run_id)
             return None
         run = AgentRun.objects.select_related("conversation").get(pk=run_id)
-        return run, _consume(run.pk, run.pause_count, run.state)
+        with connection.cursor() as cursor:
+            cursor.execute(sql.consume, [run.pk, run.pause_count, _nonce(run.state), now])
+            first_use = cursor.rowcount == 1
+    if not first_use:
+        logger.warning(
+            "Run %s: the state of pause %s was taken before; refused.", run_id, run.pause_count
+        )
+    return run, first_use
 
 
 def _nonce(state: Any) -> str:
@@ -455,17 +463,6 @@ def _nonce(state: Any) -> str:
     binding = state.get(STATE_BINDING) if isinstance(state, dict) else None
     nonce = binding.get("nonce") if isinstance(binding, dict) else None
     return nonce if isinstance(nonce, str) else ""
-
-
-def _consume(run_id: int, pause: int, state: Any) -> bool:
-    """Record that the state of this pause is taken; False if it was already."""
-    try:
-        with transaction.atomic():
-            ConsumedState.objects.create(run_id=run_id, pause=pause, nonce=_nonce(state))
-    except IntegrityError:
-        logger.warning("Run %s: the state of pause %s was taken before; refused.", run_id, pause)
-        return False
-    return True
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
