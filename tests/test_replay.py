@@ -13,7 +13,7 @@ from approvals.models import AgentRun, ConsumedState, RunStatus
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import runs
-from tests.factories import make_reviewer, pause_run
+from tests.factories import make_conversation, make_reviewer, pause_run
 
 CONSUMED = "/admin/approvals/consumedstate/"
 
@@ -184,3 +184,40 @@ def test_staff_see_consumed_states_read_only(admin_client: Client, submitted: li
     assert 'name="nonce"' not in detail
     assert admin_client.post(f"{CONSUMED}{consumed.pk}/delete/", {"post": "yes"}).status_code == 403
     assert ConsumedState.objects.filter(pk=consumed.pk).exists()
+
+
+def test_pauses_consumed_before_the_migration_get_their_rows() -> None:
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("approvals", "0003_history_indexes")], [("approvals", "0004_consumedstate")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    conversation = make_conversation()
+    Run = old.get_model("approvals", "AgentRun")
+
+    def run(status: str, pause_count: int, consumed: bool) -> int:
+        made = Run.objects.create(
+            conversation_id=conversation.pk,
+            agent_name="support",
+            input="cancel order 42",
+            status=status,
+            pause_count=pause_count,
+            state_consumed=consumed,
+        )
+        return int(made.pk)
+
+    completed = run(RunStatus.COMPLETED, 2, True)
+    waiting = run(RunStatus.WAITING, 2, False)
+    resuming = run(RunStatus.RESUMING, 1, False)
+    failed_waiting = run(RunStatus.FAILED, 1, False)
+    never_paused = run(RunStatus.COMPLETED, 0, False)
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(after)
+
+    rows = set(ConsumedState.objects.values_list("run_id", "pause"))
+    assert rows == {(completed, 1), (completed, 2), (waiting, 1), (failed_waiting, 1)}
+    assert not any(run_id in (resuming, never_paused) for run_id, _ in rows)

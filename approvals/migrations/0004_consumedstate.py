@@ -3,9 +3,31 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+FINISHED = ("completed", "failed", "cancelled")
+
+
+def record_consumed_pauses(apps, schema_editor):
+    """Every pause whose state was already taken gets its row, so that a copy of a state
+    consumed before this migration is refused as well: all pauses before a run's last one,
+    and the last one when its state was consumed or its run has ended."""
+    AgentRun = apps.get_model("approvals", "AgentRun")
+    ConsumedState = apps.get_model("approvals", "ConsumedState")
+    runs = AgentRun.objects.filter(pause_count__gt=0).values_list(
+        "pk", "pause_count", "state_consumed", "status"
+    )
+    rows = []
+    for run_id, pause_count, consumed, status in runs.iterator(chunk_size=2000):
+        last = pause_count if consumed or status in FINISHED else pause_count - 1
+        rows.extend(ConsumedState(run_id=run_id, pause=pause) for pause in range(1, last + 1))
+        if len(rows) >= 2000:
+            ConsumedState.objects.bulk_create(rows, ignore_conflicts=True)
+            rows = []
+    ConsumedState.objects.bulk_create(rows, ignore_conflicts=True)
+
 
 class Migration(migrations.Migration):
-    """A row per consumed saved state, unique per (run, pause): no copy of a state runs twice."""
+    """A row per consumed saved state, unique per (run, pause): no copy of a state runs twice.
+    Pauses consumed before it get their rows here."""
 
     dependencies = [
         ("approvals", "0003_history_indexes"),
@@ -53,4 +75,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.RunPython(record_consumed_pauses, migrations.RunPython.noop),
     ]
