@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest
+from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, ConsumedState
 from common.admin import ReadOnlyAdminMixin, pretty_json
 from engine import runs
 
@@ -232,3 +232,14 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "arguments_hash",
         "created",
     )
+
+
+@admin.register(ConsumedState)
+class ConsumedStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Which pause's saved state was taken, and when: written by the engine alone."""
+
+    list_display = ["created", "run", "pause", "nonce"]
+    search_fields = ["=run__pk", "nonce"]
+    date_hierarchy = "created"
+    list_select_related = ["run"]
+    fields = readonly_fields = ("run", "pause", "nonce", "created")

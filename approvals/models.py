@@ -118,6 +118,37 @@ class AgentRun(models.Model):
         return self.status in FINISHED_STATUSES
 
 
+class ConsumedState(models.Model):
+    """One row per pause whose saved state was taken, by a resumption or by the run's failure.
+
+    The row, unique per (run, pause), is inserted in the transaction that claims the state:
+    a copy of a state written back later finds it and is refused, so no state runs twice.
+    """
+
+    run = models.ForeignKey(
+        AgentRun,
+        on_delete=models.CASCADE,
+        related_name="consumed_states",
+        db_index=False,  # `consumed_state_once` starts with it
+    )
+    pause = models.PositiveIntegerField(help_text="Which pause of the run the state was saved at.")
+    nonce = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The nonce signed into that state; empty for states saved without one.",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "pause"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "pause"], name="consumed_state_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"State of run {self.run_id} at pause {self.pause}, consumed"
+
+
 class ApprovalStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     APPROVED = "approved", "Approved"

@@ -8,9 +8,11 @@ One chat turn:
 3. `decide` records a reviewer's decision. A conditional UPDATE lets exactly one decision
    per request win; when none of that pause is still pending, another conditional UPDATE
    claims the run (waiting -> resuming) and the executor resumes it.
-4. `resume` claims the snapshot (resuming -> running, consumed) so that it can be resumed
-   once only, ever; checks it (signature, schema version, agent fingerprint, argument
-   hashes); applies the decisions from our own rows, matched by call id; and streams on.
+4. `resume` claims the snapshot (resuming -> running, consumed, and in the same transaction
+   a `ConsumedState` row for its pause, unique) so that it, or any copy of it written back,
+   is resumed once only, ever; checks it (signature, bound to this run and pause, schema
+   version, agent fingerprint, argument hashes); applies the decisions from our own rows,
+   matched by call id; and streams on.
 
 The database is the truth; events are published only after commit.
 """
@@ -22,6 +24,7 @@ import hmac
 import json
 import logging
 import math
+import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -48,6 +51,7 @@ from approvals.models import (
     ApprovalOrigin,
     ApprovalRequest,
     ApprovalStatus,
+    ConsumedState,
     RunStatus,
     arguments_hash,
 )
@@ -67,6 +71,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# The key, inside a saved state and so under its signature, that binds the state to its run
+# and pause: {"run": id, "pause": n, "nonce": random hex}. States saved before it have none.
+# (It sorts after "$schemaVersion", which stays first where staff read the state.)
+STATE_BINDING = "$stateBinding"
 MAX_INPUT_CHARS = 20_000
 MAX_MESSAGE_CHARS = 2_000
 HEARTBEAT_SECONDS = 30
@@ -211,8 +219,17 @@ async def execute(run_id: int) -> None:
 
 async def resume(run_id: int) -> None:
     """Resume a run whose pause is fully decided. Each saved state is resumed at most once."""
-    run = await _claim(run_id, RunStatus.RESUMING, consume_state=True)
-    if run is None:
+    claimed = await db_hop(_claim_state_sync)(run_id)
+    if claimed is None:
+        return
+    run, first_use = claimed
+    await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.RUNNING)])
+    if not first_use:
+        await _fail(
+            run,
+            f"The saved state of pause {run.pause_count} was already resumed once or ended with "
+            "its run (a copy of it was written back?); nothing was executed.",
+        )
         return
     try:
         agent = registry.get_agent(run.agent_name)
@@ -383,6 +400,7 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                 logger.warning("Run %s paused but was %s; nothing saved.", run.pk, locked.status)
                 return outcome
             pause = locked.pause_count + 1
+            state[STATE_BINDING] = {"run": run.pk, "pause": pause, "nonce": secrets.token_hex(16)}
             requests = [
                 ApprovalRequest.objects.create(
                     run=locked,
@@ -431,28 +449,57 @@ def _run_updated(
 # --- claiming, failing ----------------------------------------------------------------------
 
 
-async def _claim(run_id: int, expected: str, *, consume_state: bool = False) -> AgentRun | None:
-    run = await db_hop(_claim_sync)(run_id, expected, consume_state)
+async def _claim(run_id: int, expected: str) -> AgentRun | None:
+    run = await db_hop(_claim_sync)(run_id, expected)
     if run is not None:
         await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.RUNNING)])
     return run
 
 
-def _claim_sync(run_id: int, expected: str, consume_state: bool) -> AgentRun | None:
+def _claim_sync(run_id: int, expected: str) -> AgentRun | None:
     """Move the run from `expected` to running; only one caller ever wins."""
     # One conditional UPDATE decides who wins (engine/sql.py says why it is plain SQL).
     now = connection.ops.adapt_datetimefield_value(timezone.now())
-    sql = statements()
     with connection.cursor() as cursor:
-        if consume_state:
-            cursor.execute(sql.claim_state, [RunStatus.RUNNING, now, True, run_id, expected])
-        else:
-            cursor.execute(sql.claim, [RunStatus.RUNNING, now, run_id, expected])
+        cursor.execute(statements().claim, [RunStatus.RUNNING, now, run_id, expected])
         claimed = cursor.rowcount == 1
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
         return None
     return AgentRun.objects.select_related("conversation").get(pk=run_id)
+
+
+def _claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
+    """Move the run from resuming to running and take its saved state; only one caller ever
+    wins. With the run: True if its pause's state was never taken before, False if a row says
+    it was (a copy written back after its resumption or its run's failure)."""
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    sql = statements()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.claim_state, [RunStatus.RUNNING, now, True, run_id, RunStatus.RESUMING]
+            )
+            claimed = cursor.rowcount == 1
+        if not claimed:
+            logger.info("Run %s was not resuming (or already taken); left alone.", run_id)
+            return None
+        run = AgentRun.objects.select_related("conversation").get(pk=run_id)
+        with connection.cursor() as cursor:
+            cursor.execute(sql.consume, [run.pk, run.pause_count, _nonce(run.state), now])
+            first_use = cursor.rowcount == 1
+    if not first_use:
+        logger.warning(
+            "Run %s: the state of pause %s was taken before; refused.", run_id, run.pause_count
+        )
+    return run, first_use
+
+
+def _nonce(state: Any) -> str:
+    """The nonce a saved state is bound by; "" for a state saved before states were bound."""
+    binding = state.get(STATE_BINDING) if isinstance(state, dict) else None
+    nonce = binding.get("nonce") if isinstance(binding, dict) else None
+    return nonce if isinstance(nonce, str) else ""
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
@@ -468,11 +515,16 @@ def _fail_sync(
     from_statuses: tuple[str, ...] = ACTIVE_STATUSES,
     quiet_since: Any = None,
 ) -> bool:
-    """Fail the run if it is still in one of `from_statuses`; True if this call failed it."""
+    """Fail the run if it is still in one of `from_statuses`; True if this call failed it.
+
+    Its saved state goes with it: a failed run can never be resumed, whatever its status is
+    set back to later."""
     now = timezone.now()
     changes: dict[str, Any] = {
         "status": RunStatus.FAILED,
         "error": reason,
+        "state": None,
+        "state_signature": "",
         "finished": now,
         "updated": now,
     }
@@ -484,7 +536,15 @@ def _fail_sync(
         rows = AgentRun.objects.filter(pk=run_id, status__in=from_statuses)
         if quiet_since is not None:
             rows = rows.stuck(quiet_since)
+        paused = rows.filter(pause_count__gt=0).values_list("pause_count", "state").first()
         failed = rows.update(**changes)
+        if failed and paused is not None:
+            # Its last pause's state is taken too: a copy of it written back is refused.
+            pause, state = paused
+            ConsumedState.objects.bulk_create(
+                [ConsumedState(run_id=run_id, pause=pause, nonce=_nonce(state))],
+                ignore_conflicts=True,
+            )
         if failed:
             # Whatever still waits in this run can no longer be decided.
             ApprovalRequest.objects.filter(run_id=run_id).pending().update(
@@ -526,11 +586,25 @@ async def fail_unfinished(run_id: int, reason: str) -> None:
 async def _restore(run: AgentRun, agent: Agent[Any]) -> RunState[Any]:
     saved = run.state
     if not isinstance(saved, dict):
-        raise RunFailure("The saved state of this run is missing; nothing was executed.")
+        raise RunFailure(
+            "This run has no saved state (it is missing, or was cleared when the run failed); "
+            "nothing was executed."
+        )
     if not hmac.compare_digest(sign_state(saved), run.state_signature):
         raise RunFailure(
             "The saved state was changed outside agentsite (its signature does not match); "
             "nothing was executed."
+        )
+    saved = dict(saved)
+    binding = saved.pop(STATE_BINDING, None)
+    # A state saved before states were bound has none; the (run, pause) row still guards it.
+    if binding is not None and (
+        not isinstance(binding, dict)
+        or binding.get("run") != run.pk
+        or binding.get("pause") != run.pause_count
+    ):
+        raise RunFailure(
+            "The saved state belongs to another run or pause than this one; nothing was executed."
         )
     version = str(saved.get("$schemaVersion", ""))
     if version not in SUPPORTED_SCHEMA_VERSIONS:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentsite.db.sql import column, per_vendor, table
-from approvals.models import AgentRun
+from agentsite.db.sql import column, per_vendor, placeholders, table
+from approvals.models import AgentRun, ConsumedState
 
 
 @dataclass(frozen=True)
@@ -20,8 +20,13 @@ class Statements:
     # Params: new status, updated, run id, expected status (turn overhead).
     claim: str
     # The same, and the state taken, once: params: new status, updated, True, run id,
-    # expected status (turn overhead; pause and resume).
+    # expected status (turn overhead; pause and resume). `runs.resume` runs it in one
+    # transaction with `consume`.
     claim_state: str
+    # The pause's `ConsumedState` row, or nothing (row count 0) when it exists: params: run
+    # id, pause, nonce, created (pause and resume: in SQL, as the ORM's insert in a savepoint
+    # cost about 0.35 ms a resume).
+    consume: str
 
 
 @per_vendor
@@ -31,9 +36,16 @@ def statements() -> Statements:
     changes = f"{status} = %s, {column(AgentRun, 'updated')} = %s"
     where = f"{column(AgentRun, AgentRun._meta.pk.name)} = %s AND {status} = %s"
     runs = table(AgentRun)
+    consumed_columns = ", ".join(
+        column(ConsumedState, name) for name in ("run", "pause", "nonce", "created")
+    )
     return Statements(
         claim=f"UPDATE {runs} SET {changes} WHERE {where}",
         claim_state=(
             f"UPDATE {runs} SET {changes}, {consumed} = %s WHERE {where} AND NOT {consumed}"
+        ),
+        consume=(
+            f"INSERT INTO {table(ConsumedState)} ({consumed_columns}) VALUES ({placeholders(4)}) "
+            "ON CONFLICT DO NOTHING"
         ),
     )
