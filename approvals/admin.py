@@ -16,7 +16,13 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, ConsumedState
+from approvals.models import (
+    ARGUMENTS_TAMPERED,
+    AgentRun,
+    ApprovalDecision,
+    ApprovalRequest,
+    ConsumedState,
+)
 from common.admin import ReadOnlyAdminMixin, pretty_json
 from engine import runs
 
@@ -181,6 +187,8 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="arguments")
     def pretty_arguments(self, request_obj: ApprovalRequest) -> SafeString | str:
+        if not request_obj.arguments_intact:
+            return ARGUMENTS_TAMPERED
         return pretty_json(request_obj.arguments)
 
     @admin.action(permissions=["decide"], description="Approve selected")

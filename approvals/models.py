@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,13 +23,19 @@ from conversations.models import Conversation
 
 
 def arguments_hash(arguments: Any) -> str:
-    """A stable hash of a tool call's arguments, whatever their key order or spacing."""
+    """A stable hash of a tool call's arguments, whatever their key order or spacing. Blank
+    arguments are the empty object, as the SDK runs the tool with them (and as they are stored)."""
+    if isinstance(arguments, str) and not arguments.strip():
+        arguments = {}
     if isinstance(arguments, str):
         # Text that is not JSON is hashed as the raw text the model sent.
         with contextlib.suppress(ValueError):
             arguments = json.loads(arguments)
     canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+ARGUMENTS_TAMPERED = "arguments changed outside agentsite: not shown, cannot be approved"
 
 
 class RunStatus(models.TextChoices):
@@ -245,11 +252,22 @@ class ApprovalRequest(models.Model):
         """Pending and past its expiry: what `overdue()` selects, for this request."""
         return self.is_pending and self.expires_at <= (now or timezone.now())
 
+    @property
+    def arguments_intact(self) -> bool:
+        """The stored arguments are the ones the hash covers: the ones that will execute (the
+        saved state is checked against the same hash). Edited outside agentsite, they are
+        neither shown nor approvable."""
+        return hmac.compare_digest(arguments_hash(self.arguments), self.arguments_hash)
+
     def arguments_display(self) -> str:
+        if not self.arguments_intact:
+            return ARGUMENTS_TAMPERED
         return json.dumps(self.arguments, indent=2, ensure_ascii=False, sort_keys=True)
 
     def call_display(self) -> str:
         """`cancel_order(order_id=42)`: how a person reads the call."""
+        if not self.arguments_intact:
+            return f"{self.tool_name}({ARGUMENTS_TAMPERED})"
         return items.format_call(self.tool_name, self.arguments)
 
 

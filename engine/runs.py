@@ -665,7 +665,12 @@ def _apply_decisions(
         )
     for call_id, item in interruptions.items():
         request, decision = requests[call_id]
-        seen = {arguments_hash(item.arguments), request.arguments_hash, decision.arguments_hash}
+        seen = {
+            arguments_hash(item.arguments),
+            arguments_hash(request.arguments),
+            request.arguments_hash,
+            decision.arguments_hash,
+        }
         if len(seen) != 1:
             raise RunFailure(
                 f"The arguments of {request.tool_name} are not the ones the reviewer saw; "
@@ -747,6 +752,11 @@ def _record_decision(
         if seen_hash is not None and seen_hash != current.arguments_hash:
             raise DecisionRefused(
                 "The arguments changed since this request was shown to you; reload it."
+            )
+        if approve and not current.arguments_intact:
+            raise DecisionRefused(
+                "The arguments of this request were changed outside agentsite, so what you "
+                "would approve is not what would run; it cannot be approved. Reject it."
             )
         now = timezone.now()
         status = (
