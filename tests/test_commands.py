@@ -23,6 +23,14 @@ from demo.models import Order, OrderEvent
 from engine import executor, runs
 from tests.factories import make_reviewer, pause_run, start_run
 
+
+def login_request() -> Any:  # noqa: N802
+    """django-axes needs the request in authenticate(); Client.login() passes it on."""
+    from django.test import RequestFactory
+
+    return RequestFactory().post("/accounts/login/")
+
+
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
@@ -252,7 +260,7 @@ def test_seeding_again_keeps_the_demo_users_passwords_and_sessions(settings: Any
     command("seed_demo")
     User = get_user_model()
     alice = Client()
-    assert alice.login(username="alice", password="alice-demo-pass")
+    assert alice.login(request=login_request(), username="alice", password="alice-demo-pass")
     assert alice.get("/chats/").status_code == 200
     rita = User.objects.get(username="rita")
     rita.set_password("rita-own-password")  # changed by hand since
@@ -264,6 +272,6 @@ def test_seeding_again_keeps_the_demo_users_passwords_and_sessions(settings: Any
     assert dict(User.objects.values_list("username", "password")) == hashes
     # The session made before the second seeding is still logged in.
     assert alice.get("/chats/").status_code == 200
-    assert Client().login(username="rita", password="rita-own-password")
+    assert Client().login(request=login_request(), username="rita", password="rita-own-password")
     assert "password unchanged" in out
     assert "demo-pass" not in out
