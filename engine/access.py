@@ -26,6 +26,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib import auth
+from django.db import transaction
 
 from engine import events
 
@@ -124,6 +125,12 @@ def _tell(*notices: events.Event) -> None:
     events.publish_threadsafe(notices)
 
 
+def _tell_after_commit(*notices: events.Event) -> None:
+    """A change is told once it is committed: a socket that checked before would keep the
+    old answer for up to `RECHECK_SECONDS`."""
+    transaction.on_commit(lambda: _tell(*notices))
+
+
 def on_logout(sender: Any, request: Any = None, user: Any = None, **kwargs: Any) -> None:
     if user is None or user.pk is None:
         return
@@ -136,7 +143,7 @@ def on_user_saved(
 ) -> None:
     if created or (update_fields is not None and set(update_fields) <= {"last_login"}):
         return  # a new user has no socket; a login changes nothing her sockets depend on
-    _tell(events.UserChanged(user_id=instance.pk))
+    _tell_after_commit(events.UserChanged(user_id=instance.pk))
 
 
 def on_relations_changed(
@@ -156,7 +163,7 @@ def on_relations_changed(
         users = list(instance.user_set.values_list("pk", flat=True))
     else:
         return
-    _tell(*(events.UserChanged(user_id=pk) for pk in users))
+    _tell_after_commit(*(events.UserChanged(user_id=pk) for pk in users))
 
 
 def connect_signals() -> None:
