@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
@@ -29,7 +28,11 @@ from approvals import views
 from approvals.forms import InboxSocketForm
 from approvals.models import ApprovalRequest
 from engine import events
+from engine.access import GuardedConsumer
 from engine.permissions import is_reviewer
+
+if TYPE_CHECKING:
+    from engine.permissions import User
 
 # --- fragments rendered once per event, shared by this process's sockets -------------------
 
@@ -150,7 +153,7 @@ def _render_panel(request_id: int) -> str:
     return render_to_string("approvals/request_detail.html#decision-panel", context) + _badge()
 
 
-class InboxConsumer(AsyncWebsocketConsumer):
+class InboxConsumer(GuardedConsumer):
     async def connect(self) -> None:
         query = QueryDict(self.scope.get("query_string", b"").decode("latin-1"))
         self.view = InboxSocketForm(query)
@@ -170,10 +173,15 @@ class InboxConsumer(AsyncWebsocketConsumer):
         )
         self.back = views.inbox_url(views.filter_query(self.view))
         await self.channel_layer.group_add(events.INBOX_GROUP, self.channel_name)
+        await self.guard()
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         await self.channel_layer.group_discard(events.INBOX_GROUP, self.channel_name)
+        await self.unguard()
+
+    def still_allowed(self, user: User) -> bool:
+        return is_reviewer(user)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Nothing is decided over the socket: decisions are CSRF-protected POSTs."""

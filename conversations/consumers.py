@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
@@ -28,6 +27,7 @@ from conversations.rendering import (
 )
 from conversations.session import open_session
 from engine import events
+from engine.access import GuardedConsumer
 
 if TYPE_CHECKING:
     from engine.permissions import User
@@ -61,7 +61,7 @@ def _render_run(conversation_pk: int, run_id: int, items: list[Any]) -> str:
     return render_to_string("conversations/chat.html#run", {"view": view})
 
 
-class ConversationConsumer(AsyncWebsocketConsumer):
+class ConversationConsumer(GuardedConsumer):
     group: str | None = None
 
     async def connect(self) -> None:
@@ -78,11 +78,16 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         self.conversation_pk, self.session_id = found
         self.group = events.conversation_group(self.conversation_pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.guard()
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.unguard()
+
+    def still_allowed(self, user: User) -> bool:
+        return Conversation.objects.owned_by(user).filter(pk=self.conversation_pk).exists()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """The page sends nothing that matters: messages go through the CSRF-checked form."""

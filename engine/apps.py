@@ -17,12 +17,14 @@ class EngineConfig(AppConfig):
         checks.register(check_shared_channel_layer)
         # The composition root: the executor knows nothing of the engine; it is handed the
         # engine's job runner, the task enqueuer and the sweeper here, once.
-        from engine import events, executor, runs, sweeper, tasks
+        from engine import access, events, executor, runs, sweeper, tasks
         from tracing import exporter
 
         executor.configure(runner=runs.run_job, enqueue=tasks.enqueue, on_server_loop=sweeper.start)
         # The exporter knows nothing of the channel layer: the engine tells the pages.
         exporter.on_stored(events.traces_stored)
+        # A user's open sockets hear of her logout and of changes to her permissions.
+        access.connect_signals()
 
 
 def check_shared_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:

@@ -35,6 +35,11 @@ def conversation_group(conversation_id: int) -> str:
     return f"conversation.{conversation_id}"
 
 
+def user_group(user_id: int) -> str:
+    """The group of every open socket of one user (see `engine.access`)."""
+    return f"user.{user_id}"
+
+
 # Channels accepts group names of ASCII letters, digits, hyphens, underscores and periods,
 # shorter than 100 characters. The SDK does not validate trace ids, so some may not fit.
 _TRACE_ID = re.compile(r"[A-Za-z0-9_.-]{1,90}")
@@ -127,6 +132,27 @@ class TraceUpdated(Event):
     def groups(self) -> list[str]:
         group = trace_group(self.trace_id)
         return [group] if group else []
+
+
+class UserLoggedOut(Event):
+    """A session of this user ended with a logout: its sockets close."""
+
+    type: Literal["user.logged_out"] = "user.logged_out"
+    user_id: int
+    session_key: str | None = None
+
+    def groups(self) -> list[str]:
+        return [user_group(self.user_id)]
+
+
+class UserChanged(Event):
+    """This user, her groups or her permissions changed: her sockets check before they push."""
+
+    type: Literal["user.changed"] = "user.changed"
+    user_id: int
+
+    def groups(self) -> list[str]:
+        return [user_group(self.user_id)]
 
 
 def traces_stored(stored: Iterable[Any]) -> None:

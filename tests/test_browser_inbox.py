@@ -316,3 +316,20 @@ def test_screenshots_of_the_inbox(
     page.goto(f"{live_site.url}/inbox/history/")
     expect(page.locator("table.history tbody tr")).to_have_count(3)
     page.screenshot(path=str(screenshots / "inbox-history.png"))
+
+
+def test_a_logout_in_another_tab_closes_the_live_inbox(live_site: Any, page: Any) -> None:
+    make_reviewer("rita", PASSWORD)
+    open_inbox(page, live_site, "rita")
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+
+    other = page.context.new_page()
+    other.goto(f"{live_site.url}/inbox/")
+    other.get_by_role("button", name="Log out").click()
+    expect(other.get_by_role("button", name="Log out")).to_have_count(0)
+
+    # The socket was closed with 4403: no endless "Reconnecting…".
+    expect(page.locator("[data-live-status]")).to_have_text("Log in again", timeout=5_000)
+    page.wait_for_timeout(1_500)
+    expect(page.locator("[data-live-status]")).to_have_text("Log in again")
+    other.close()

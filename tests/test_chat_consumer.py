@@ -24,6 +24,7 @@ from tests.factories import make_conversation, make_request, make_run, make_user
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
+HOST = (b"host", b"127.0.0.1")
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +49,7 @@ def setup_alice() -> tuple[Any, Conversation, tuple[bytes, bytes]]:
 
 def socket(conversation: Conversation, *headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
     return WebsocketCommunicator(
-        application, f"/ws/chats/{conversation.session_id}/", headers=list(headers)
+        application, f"/ws/chats/{conversation.session_id}/", headers=[HOST, *headers]
     )
 
 
@@ -88,7 +89,7 @@ async def test_anyone_else_is_refused_before_the_socket_opens() -> None:
         await communicator.disconnect()
 
     missing = WebsocketCommunicator(
-        application, "/ws/chats/conv_nobody_has_this/", headers=[alice_cookie, ORIGIN]
+        application, "/ws/chats/conv_nobody_has_this/", headers=[HOST, alice_cookie, ORIGIN]
     )
     connected, _ = await missing.connect()
     assert not connected

@@ -24,7 +24,7 @@ from engine import executor, runs
 from tests.factories import make_reviewer, pause_run, start_run
 
 
-def login_request() -> Any:  # noqa: N802
+def login_request() -> Any:
     """django-axes needs the request in authenticate(); Client.login() passes it on."""
     from django.test import RequestFactory
 

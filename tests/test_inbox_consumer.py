@@ -22,6 +22,7 @@ from tests.test_inbox import XSS
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_layer")]
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
+HOST = (b"host", b"127.0.0.1")  # as a browser sends it: the origin served is http://127.0.0.1
 
 
 @sync_to_async
@@ -35,7 +36,7 @@ def cookie_of(user: Any) -> tuple[bytes, bytes]:
 async def open_socket(
     user: Any = None, path: str = "/ws/inbox/?show=pending", origin: tuple[bytes, bytes] = ORIGIN
 ) -> tuple[WebsocketCommunicator, bool]:
-    headers = [origin]
+    headers = [HOST, origin]
     if user is not None:
         headers.append(await cookie_of(user))
     communicator = WebsocketCommunicator(router, path, headers=headers)
@@ -218,7 +219,7 @@ async def open_sockets(user: Any, paths: list[str]) -> list[WebsocketCommunicato
     cookie = await cookie_of(user)
     sockets = []
     for path in paths:
-        communicator = WebsocketCommunicator(router, path, headers=[ORIGIN, cookie])
+        communicator = WebsocketCommunicator(router, path, headers=[HOST, ORIGIN, cookie])
         connected, _ = await communicator.connect(timeout=3)
         assert connected, path
         sockets.append(communicator)

@@ -29,7 +29,7 @@ from tests.factories import (
     make_user,
     make_viewer,
 )
-from tests.test_inbox_consumer import ORIGIN, cookie_of
+from tests.test_inbox_consumer import HOST, ORIGIN, cookie_of
 from tracing.exporter import DatabaseExporter
 from tracing.models import Span, Trace
 
@@ -50,7 +50,7 @@ async def open_socket(
 ) -> tuple[WebsocketCommunicator, bool]:
     from agentsite.asgi import router
 
-    headers = [origin]
+    headers = [HOST, origin]
     if user is not None:
         headers.append(await cookie_of(user))
     communicator = WebsocketCommunicator(router, f"/ws/traces/{trace_id}/", headers=headers)

@@ -15,20 +15,23 @@ What makes a page re-read its tree:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 from django.urls import reverse
 
 from approvals.models import AgentRun
 from engine import events, permissions
+from engine.access import GuardedConsumer
 from tracing.models import Span, Trace
 
+if TYPE_CHECKING:
+    from engine.permissions import User
 
-class TraceConsumer(AsyncWebsocketConsumer):
+
+class TraceConsumer(GuardedConsumer):
     groups_joined: list[str]
 
     async def connect(self) -> None:
@@ -48,11 +51,16 @@ class TraceConsumer(AsyncWebsocketConsumer):
         for name in joined:
             await self.channel_layer.group_add(name, self.channel_name)
         self.groups_joined = joined
+        await self.guard()
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         for name in self.groups_joined:
             await self.channel_layer.group_discard(name, self.channel_name)
+        await self.unguard()
+
+    def still_allowed(self, user: User) -> bool:
+        return permissions.can_view_traces(user)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Nothing is read from the page."""

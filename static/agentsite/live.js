@@ -4,7 +4,8 @@
  *   (`hx-trigger="resync from:body"`), so nothing pushed while the socket was down (or before
  *   it first connected) is ever missed. Pushes are hints; the page re-reads the truth.
  * - A socket that closes for any reason other than a refusal reconnects with backoff (the
- *   extension itself retries only a few close codes).
+ *   extension itself retries only a few close codes). A socket closed with 4403 (logged out,
+ *   or no longer allowed) stays closed and the status says "Log in again".
  * - A `[data-live-status]` element shows whether updates are live.
  * - `[data-title-count]` (e.g. the inbox badge) is mirrored into the tab title.
  */
@@ -35,10 +36,16 @@
   });
 
   document.addEventListener("htmx:wsClose", function (event) {
-    setStatus("Reconnecting…", "offline");
     var code = event.detail && event.detail.event ? event.detail.event.code : 0;
-    // The extension retries these itself; 4403 is our consumers' "not allowed".
-    if ([1006, 1011, 1012, 1013, 4403].indexOf(code) >= 0) return;
+    // 4403 is our consumers' "not allowed": the session ended or the permission went.
+    // Reconnecting cannot help, so the page says what will.
+    if (code === 4403) {
+      setStatus("Log in again", "refused");
+      return;
+    }
+    setStatus("Reconnecting…", "offline");
+    // The extension retries these itself.
+    if ([1006, 1011, 1012, 1013].indexOf(code) >= 0) return;
     var wrapper = event.detail && event.detail.socketWrapper;
     if (!wrapper || !wrapper.reconnect) return;
     var delay = Math.min(1000 * Math.pow(2, retries), 15000) * (0.5 + Math.random() / 2);

@@ -1,0 +1,185 @@
+"""Access that outlives its grant: what ends an open socket.
+
+A socket's user is checked when it connects, and again while it is open:
+
+- A logout closes the sockets of the session that logged out (`user_logged_out`): each socket
+  joins its user's group, `user.<id>`, and hears of it there. The user's other sessions (another
+  browser) keep theirs.
+- Before a push of data, the socket re-reads from the database whether its session still holds
+  (not logged out, not expired, the same user, still active, the password unchanged) and whether
+  the user may still see what it shows (`still_allowed`). The answer is kept for at most
+  `RECHECK_SECONDS`, so a streamed reply costs one check a second, not one a word; a change
+  made through Django's models (a user saved, permissions or groups changed) reaches the user's
+  sockets at once and makes them check before their next push.
+
+A socket closed so uses code 4403, which live.js shows as "Log in again".
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import import_module
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib import auth
+from django.db import transaction
+
+from engine import events
+
+if TYPE_CHECKING:
+    from engine.permissions import User
+
+CLOSE_CODE = 4403
+
+# How long a socket trusts its last check of its session and permission, in seconds.
+DEFAULT_RECHECK_SECONDS = 1.0
+RECHECK_SECONDS = DEFAULT_RECHECK_SECONDS
+
+
+def current_user(session_key: str | None, user_id: int) -> User | None:
+    """The user of the session `session_key`, read afresh from the database, if the session
+    still holds and is still `user_id`'s (Django's own checks: expiry, the auth backend, an
+    active user, the session hash of her password); otherwise None."""
+    if not session_key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = auth.get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
+    if not user.is_authenticated or user.pk != user_id:
+        return None
+    return user
+
+
+class GuardedConsumer(AsyncWebsocketConsumer):
+    """A consumer whose access ends when its grant does. A subclass calls `guard()` in
+    `connect` before accepting, `unguard()` in `disconnect`, and says in `still_allowed` what
+    its user must still be allowed (run in the database's thread, on a freshly read user)."""
+
+    _guarded_user_id: int | None = None
+    _session_key: str | None = None
+    _checked_at: float | None = None
+    _ended = False
+
+    def still_allowed(self, user: User) -> bool:
+        raise NotImplementedError
+
+    async def guard(self) -> None:
+        user = self.scope["user"]
+        session = self.scope.get("session")
+        self._guarded_user_id = user.pk
+        self._session_key = session.session_key if session is not None else None
+        self._checked_at = time.monotonic()  # checked by `connect` a moment ago
+        await self.channel_layer.group_add(events.user_group(user.pk), self.channel_name)
+
+    async def unguard(self) -> None:
+        if self._guarded_user_id is not None:
+            group = events.user_group(self._guarded_user_id)
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    def _recheck(self) -> bool:
+        assert self._guarded_user_id is not None
+        user = current_user(self._session_key, self._guarded_user_id)
+        return user is not None and self.still_allowed(user)
+
+    async def _end(self) -> None:
+        self._ended = True
+        await self.close(code=CLOSE_CODE)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind.startswith("websocket.") or self._guarded_user_id is None:
+            await super().dispatch(message)
+            return
+        if self._ended:
+            return  # closed: nothing more goes out
+        if kind not in _NOTICES:
+            now = time.monotonic()
+            if self._checked_at is None or now - self._checked_at >= RECHECK_SECONDS:
+                if not await database_sync_to_async(self._recheck)():
+                    await self._end()
+                    return
+                self._checked_at = now
+        await super().dispatch(message)
+
+    # --- what the user's group hears (handlers are named after the event type) -----------
+
+    async def user_logged_out(self, message: dict[str, Any]) -> None:
+        event = events.UserLoggedOut.model_validate(message["event"])
+        if event.session_key in (None, self._session_key):
+            await self._end()
+
+    async def user_changed(self, message: dict[str, Any]) -> None:
+        self._checked_at = None  # check again before the next push
+
+
+_NOTICES = frozenset({"user.logged_out", "user.changed"})
+
+
+# --- the signals that tell a user's sockets (connected in `engine.apps`) -------------------
+
+
+def _tell(*notices: events.Event) -> None:
+    events.publish_threadsafe(notices)
+
+
+def _tell_after_commit(*notices: events.Event) -> None:
+    """A change is told once it is committed: a socket that checked before would keep the
+    old answer for up to `RECHECK_SECONDS`."""
+    transaction.on_commit(lambda: _tell(*notices))
+
+
+def on_logout(sender: Any, request: Any = None, user: Any = None, **kwargs: Any) -> None:
+    if user is None or user.pk is None:
+        return
+    session_key = getattr(getattr(request, "session", None), "session_key", None)
+    _tell(events.UserLoggedOut(user_id=user.pk, session_key=session_key))
+
+
+def on_user_saved(
+    sender: Any, instance: Any, created: bool = False, update_fields: Any = None, **kwargs: Any
+) -> None:
+    if created or (update_fields is not None and set(update_fields) <= {"last_login"}):
+        return  # a new user has no socket; a login changes nothing her sockets depend on
+    _tell_after_commit(events.UserChanged(user_id=instance.pk))
+
+
+def on_relations_changed(
+    sender: Any, instance: Any, action: str, model: Any, pk_set: Any = None, **kwargs: Any
+) -> None:
+    """A user's groups or permissions changed, from either side, or a group's permissions."""
+    if action not in ("post_add", "post_remove", "post_clear"):
+        return
+    from django.contrib.auth.models import Group
+
+    user_model = auth.get_user_model()
+    if isinstance(instance, user_model):
+        users = [instance.pk]
+    elif model is user_model:
+        users = list(pk_set or ())
+    elif isinstance(instance, Group):
+        users = list(instance.user_set.values_list("pk", flat=True))
+    else:
+        return
+    _tell_after_commit(*(events.UserChanged(user_id=pk) for pk in users))
+
+
+def connect_signals() -> None:
+    from django.contrib.auth.models import Group
+    from django.contrib.auth.signals import user_logged_out
+    from django.db.models.signals import m2m_changed, post_save
+
+    user_model = auth.get_user_model()
+    user_logged_out.connect(on_logout, dispatch_uid="engine.access.on_logout")
+    post_save.connect(on_user_saved, sender=user_model, dispatch_uid="engine.access.saved")
+    relations = [Group.permissions.through]
+    for name in ("groups", "user_permissions"):
+        field = getattr(user_model, name, None)
+        if field is not None:
+            relations.append(field.through)
+    for through in relations:
+        m2m_changed.connect(
+            on_relations_changed, sender=through, dispatch_uid=f"engine.access.{through.__name__}"
+        )
