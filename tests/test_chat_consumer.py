@@ -126,7 +126,6 @@ def make_waiting_run(conversation: Conversation) -> AgentRun:
     make_request(
         run=run,
         call_id="call_1",
-        arguments_hash="x",
         expires_at=timezone.now() + timedelta(hours=1),
     )
     return run
