@@ -7,7 +7,6 @@ conditional UPDATEs, so exactly one caller wins however many try at once.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
@@ -23,15 +22,12 @@ from conversations.models import Conversation
 
 
 def arguments_hash(arguments: Any) -> str:
-    """A stable hash of a tool call's arguments, whatever their key order or spacing. Blank
-    arguments are the empty object, as the SDK runs the tool with them (and as they are stored)."""
-    if isinstance(arguments, str) and not arguments.strip():
-        arguments = {}
-    if isinstance(arguments, str):
-        # Text that is not JSON is hashed as the raw text the model sent.
-        with contextlib.suppress(ValueError):
-            arguments = json.loads(arguments)
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """A stable hash of a tool call's arguments, whatever their key order or spacing: of the
+    arguments as the tool receives them (`items.parse_arguments`: blank text is the empty
+    object, as they are stored; text that is not JSON is hashed as the raw text)."""
+    canonical = json.dumps(
+        items.parse_arguments(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
