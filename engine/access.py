@@ -36,8 +36,7 @@ if TYPE_CHECKING:
 CLOSE_CODE = 4403
 
 # How long a socket trusts its last check of its session and permission, in seconds.
-DEFAULT_RECHECK_SECONDS = 1.0
-RECHECK_SECONDS = DEFAULT_RECHECK_SECONDS
+RECHECK_SECONDS = 1.0
 
 
 def current_user(session_key: str | None, user_id: int) -> User | None:
