@@ -259,10 +259,7 @@ def _too_long_beyond_the_upload_limit(view: _View) -> _View:
             conversation = _get_conversation_for_user(request, session_id)
             form = MessageForm({"text": ""})
             form.add_error("text", TOO_LONG)
-            if request.htmx:
-                context = {"conversation": conversation, "form": form}
-                return render(request, "conversations/chat.html#composer", context)
-            return _chat_page(request, conversation, form=form, status=400)
+            return _refused(request, conversation, form, status=400)
         return protected(request, session_id)
 
     wrapper.csrf_exempt = True  # type: ignore[attr-defined]
@@ -305,23 +302,28 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
                 f"The agent of this conversation ({conversation.agent_name}) is no longer "
                 "available. Start a new conversation.",
             )
+    if form.errors:
+        return _refused(request, conversation, form, status=status)
     if request.htmx:
-        if form.errors:
-            return render(
-                request,
-                "conversations/chat.html#composer",
-                {"conversation": conversation, "form": form},
-                status=429 if status == 429 else 200,
-            )
         # The run's block arrives over the socket (or with the next re-sync).
         return render(
             request,
             "conversations/chat.html#composer",
             {"conversation": conversation, "form": MessageForm(), "autofocus": True},
         )
-    if form.errors:
-        return _chat_page(request, conversation, form=form, status=status)
     return redirect(reverse("chat", args=[conversation.session_id]) + "#composer")
+
+
+def _refused(
+    request: HtmxHttpRequest, conversation: Conversation, form: MessageForm, *, status: int
+) -> HttpResponse:
+    """A refused message with its error and its text: the composer for htmx (which swaps a
+    2xx or a 429, and no other error), else the chat page with `status`."""
+    if request.htmx:
+        context = {"conversation": conversation, "form": form}
+        code = 429 if status == 429 else 200
+        return render(request, "conversations/chat.html#composer", context, status=code)
+    return _chat_page(request, conversation, form=form, status=status)
 
 
 async def _undo_last_exchange(session: Any) -> int:
