@@ -143,13 +143,7 @@ def start_run(
     # or now when there is none: the INSERT above committed by itself.
     # Without waiting for delivery: a view's thread need not wait for the server's loop.
     transaction.on_commit(
-        lambda: events.publish_threadsafe(
-            [
-                events.RunUpdated(
-                    run_id=run_id, conversation_id=conversation_id, status=RunStatus.QUEUED
-                )
-            ]
-        )
+        lambda: events.publish_threadsafe([_run_updated(run_id, conversation_id, RunStatus.QUEUED)])
     )
     transaction.on_commit(lambda: executor.submit("execute", run_id))
     return run
@@ -358,13 +352,7 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
     if not saved:
         logger.warning("Run %s finished but was no longer running; its result was dropped.", run.pk)
         return _Outcome()
-    return _Outcome(
-        events=[
-            events.RunUpdated(
-                run_id=run.pk, conversation_id=run.conversation_id, status=RunStatus.COMPLETED
-            )
-        ]
-    )
+    return _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.COMPLETED)])
 
 
 def sign_state(state: Any) -> str:
