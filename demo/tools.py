@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -35,8 +36,10 @@ def no_order(number: int) -> str:
     return f"There is no order {number}."
 
 
-def cancel(number: int, tool_call_id: str) -> str:
-    """Cancel order `number` once per tool call id; returns what to tell the agent."""
+def _once_per_call(number: int, tool_call_id: str, act: Callable[[Order], str]) -> str:
+    """`act` on order `number`, under the order's row lock, once per tool call id: a replay of
+    the same call gets the first call's answer. `act` records its `OrderEvent` (with
+    `tool_call_id`) when it changes the order, and returns what to tell the agent."""
     try:
         with transaction.atomic():
             try:
@@ -48,22 +51,31 @@ def cancel(number: int, tool_call_id: str) -> str:
             earlier = OrderEvent.objects.filter(tool_call_id=tool_call_id).first()
             if earlier is not None:
                 return earlier.result
-            refusal = order.cancel_refusal()
-            if refusal is not None:
-                return refusal
-            order.status = Order.Status.CANCELLED
-            order.save(update_fields=["status", "updated"])
-            result = f"Order {order.number} ({order.item}) is now cancelled."
-            OrderEvent.objects.create(
-                order=order,
-                kind=OrderEvent.Kind.CANCELLED,
-                tool_call_id=tool_call_id,
-                result=result,
-            )
-            return result
+            return act(order)
     except IntegrityError:
         # Lost a race with a replay of the same call on a database that did not serialize us.
         return OrderEvent.objects.get(tool_call_id=tool_call_id).result
+
+
+def cancel(number: int, tool_call_id: str) -> str:
+    """Cancel order `number` once per tool call id; returns what to tell the agent."""
+
+    def act(order: Order) -> str:
+        refusal = order.cancel_refusal()
+        if refusal is not None:
+            return refusal
+        order.status = Order.Status.CANCELLED
+        order.save(update_fields=["status", "updated"])
+        result = f"Order {order.number} ({order.item}) is now cancelled."
+        OrderEvent.objects.create(
+            order=order,
+            kind=OrderEvent.Kind.CANCELLED,
+            tool_call_id=tool_call_id,
+            result=result,
+        )
+        return result
+
+    return _once_per_call(number, tool_call_id, act)
 
 
 def refund(number: int, amount: Decimal, tool_call_id: str, *, reviewed: bool = False) -> str:
@@ -73,42 +85,35 @@ def refund(number: int, amount: Decimal, tool_call_id: str, *, reviewed: bool = 
     two calls that each passed the approval policy before either refunded (in parallel, or from
     two conversations) cannot both go through unreviewed."""
     amount = amount.quantize(CENT, rounding=ROUND_HALF_UP)
-    try:
-        with transaction.atomic():
-            try:
-                order = Order.objects.select_for_update().get(number=number)
-            except Order.DoesNotExist:
-                return no_order(number)
-            earlier = OrderEvent.objects.filter(tool_call_id=tool_call_id).first()
-            if earlier is not None:
-                return earlier.result
-            refusal = order.refund_refusal(amount)
-            if refusal is not None:
-                return refusal
-            if not reviewed and passes_threshold(order.refunded_amount, amount):
-                return (
-                    f"Not refunded: {format_money(amount)} would bring the refunds on order "
-                    f"{order.number} to {format_money(order.refunded_amount + amount)}, above "
-                    f"{format_money(REFUND_APPROVAL_THRESHOLD)}, so it needs a reviewer's "
-                    "approval. Ask for it again to have it reviewed."
-                )
-            order.refunded_amount += amount
-            order.save(update_fields=["refunded_amount", "updated"])
-            result = (
-                f"Refunded {format_money(amount)} on order {order.number}; "
-                f"{format_money(order.refunded_amount)} of {format_money(order.amount)} "
-                "has been refunded in total."
+
+    def act(order: Order) -> str:
+        refusal = order.refund_refusal(amount)
+        if refusal is not None:
+            return refusal
+        if not reviewed and passes_threshold(order.refunded_amount, amount):
+            return (
+                f"Not refunded: {format_money(amount)} would bring the refunds on order "
+                f"{order.number} to {format_money(order.refunded_amount + amount)}, above "
+                f"{format_money(REFUND_APPROVAL_THRESHOLD)}, so it needs a reviewer's "
+                "approval. Ask for it again to have it reviewed."
             )
-            OrderEvent.objects.create(
-                order=order,
-                kind=OrderEvent.Kind.REFUNDED,
-                amount=amount,
-                tool_call_id=tool_call_id,
-                result=result,
-            )
-            return result
-    except IntegrityError:
-        return OrderEvent.objects.get(tool_call_id=tool_call_id).result
+        order.refunded_amount += amount
+        order.save(update_fields=["refunded_amount", "updated"])
+        result = (
+            f"Refunded {format_money(amount)} on order {order.number}; "
+            f"{format_money(order.refunded_amount)} of {format_money(order.amount)} "
+            "has been refunded in total."
+        )
+        OrderEvent.objects.create(
+            order=order,
+            kind=OrderEvent.Kind.REFUNDED,
+            amount=amount,
+            tool_call_id=tool_call_id,
+            result=result,
+        )
+        return result
+
+    return _once_per_call(number, tool_call_id, act)
 
 
 def record_email(to: str, subject: str, body: str, tool_call_id: str) -> str:
