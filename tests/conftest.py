@@ -117,6 +117,7 @@ from tests.live import (  # noqa: E402,F401  (fixtures)
     page,
     screenshots,
 )
+from tests.services import redis_server  # noqa: E402,F401  (fixture)
 
 
 @pytest.fixture(scope="session")
