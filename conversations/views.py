@@ -246,7 +246,8 @@ def _too_long_beyond_the_upload_limit(view: _View) -> _View:
     the way `runs.start_run` refuses a long one, instead of with Django's bare 400 page
     (which the htmx composer shows as nothing). CSRF middleware reads the body before any
     view, so the view is exempt from it and checks the token itself, after the size: a
-    refusal changes nothing. The text is not sent back: reading it is what the limit stops."""
+    refusal changes nothing. The text is not sent back (reading it is what the limit stops):
+    the htmx composer keeps it in the page, as only its note is swapped for the error."""
     protected = csrf_protect(view)
 
     @wraps(view)
@@ -259,6 +260,11 @@ def _too_long_beyond_the_upload_limit(view: _View) -> _View:
             conversation = _get_conversation_for_user(request, session_id)
             form = MessageForm({"text": ""})
             form.add_error("text", TOO_LONG)
+            if request.htmx:
+                response = render(request, "conversations/chat.html#composer-note", {"form": form})
+                response["HX-Retarget"] = "#composer-note"
+                response["HX-Reswap"] = "outerHTML"
+                return response
             return _refused(request, conversation, form, status=400)
         return protected(request, session_id)
 

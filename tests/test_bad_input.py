@@ -57,7 +57,16 @@ def test_a_message_beyond_the_upload_limit_is_too_long_like_any_long_message(
     html = response.content.decode()
     assert response.status_code == (200 if htmx else 400)
     assert "The message is too long" in html and f"at most {runs.MAX_INPUT_CHARS}" in html
-    assert 'id="composer"' in html and "composer-error" in html
+    assert "composer-error" in html
+    if htmx:
+        # Only the composer's note is swapped, so the typed text stays in the page (it is
+        # not sent back: reading it is what the limit stops).
+        assert response["HX-Retarget"] == "#composer-note"
+        assert response["HX-Reswap"] == "outerHTML"
+        assert html.lstrip().startswith('<div id="composer-note">')
+        assert "<textarea" not in html
+    else:
+        assert 'id="composer"' in html
     assert AgentRun.objects.count() == 0
     assert submitted == []
     # The limit is still the one answer to oversized bodies: a message within it still works.
