@@ -148,31 +148,49 @@ def on_user_saved(
 def on_relations_changed(
     sender: Any, instance: Any, action: str, model: Any, pk_set: Any = None, **kwargs: Any
 ) -> None:
-    """A user's groups or permissions changed, from either side, or a group's permissions."""
-    if action not in ("post_add", "post_remove", "post_clear"):
+    """A user's groups or permissions changed, from either side, or a group's permissions.
+
+    A `clear()` is told from its `pre_clear`: afterwards the rows that name its users are
+    gone (`group.user_set.clear()` sends no user ids)."""
+    if action not in ("post_add", "post_remove", "pre_clear"):
         return
-    from django.contrib.auth.models import Group
+    from django.contrib.auth.models import Group, Permission
 
     user_model = auth.get_user_model()
     if isinstance(instance, user_model):
         users = [instance.pk]
     elif model is user_model:
-        users = list(pk_set or ())
+        users = list(pk_set) if pk_set else list(instance.user_set.values_list("pk", flat=True))
     elif isinstance(instance, Group):
         users = list(instance.user_set.values_list("pk", flat=True))
+    elif isinstance(instance, Permission) and model is Group:
+        groups = Group.objects.filter(pk__in=pk_set) if pk_set else instance.group_set.all()
+        users = list(user_model.objects.filter(groups__in=groups).values_list("pk", flat=True))
     else:
         return
-    _tell_after_commit(*(events.UserChanged(user_id=pk) for pk in users))
+    _tell_users_after_commit(users)
+
+
+def on_group_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """Deleting a group removes its members' rows without an `m2m_changed`: told from
+    `pre_delete`, while the members are still known."""
+    _tell_users_after_commit(list(instance.user_set.values_list("pk", flat=True)))
+
+
+def _tell_users_after_commit(users: list[int]) -> None:
+    if users:
+        _tell_after_commit(*(events.UserChanged(user_id=pk) for pk in set(users)))
 
 
 def connect_signals() -> None:
     from django.contrib.auth.models import Group
     from django.contrib.auth.signals import user_logged_out
-    from django.db.models.signals import m2m_changed, post_save
+    from django.db.models.signals import m2m_changed, post_save, pre_delete
 
     user_model = auth.get_user_model()
     user_logged_out.connect(on_logout, dispatch_uid="engine.access.on_logout")
     post_save.connect(on_user_saved, sender=user_model, dispatch_uid="engine.access.saved")
+    pre_delete.connect(on_group_deleted, sender=Group, dispatch_uid="engine.access.group_deleted")
     relations = [Group.permissions.through]
     for name in ("groups", "user_permissions"):
         field = getattr(user_model, name, None)

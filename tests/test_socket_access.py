@@ -243,8 +243,18 @@ def reviewer_by_group() -> tuple[Any, Any]:
         lambda rita, group: rita.groups.remove(group),
         lambda rita, group: group.user_set.remove(rita),
         lambda rita, group: group.permissions.clear(),
+        lambda rita, group: group.user_set.clear(),
+        lambda rita, group: group.delete(),
+        lambda rita, group: group.permissions.get().group_set.clear(),
     ],
-    ids=["her-groups", "the-group-s-users", "the-group-s-permissions"],
+    ids=[
+        "her-groups",
+        "the-group-s-users",
+        "the-group-s-permissions",
+        "all-the-group-s-users",
+        "the-group-deleted",
+        "the-permission-s-groups",
+    ],
 )
 async def test_a_reviewer_removed_from_reviewers_gets_no_further_rows(remove: Any) -> None:
     rita, reviewers = await reviewer_by_group()
