@@ -731,9 +731,13 @@ def _record_decision(
     with transaction.atomic():
         current = ApprovalRequest.objects.select_related("run").get(pk=request_id)
         # Deciders of one run queue here, so the last decision of a pause always sees the
-        # others and exactly one of them claims the run.
+        # others and exactly one of them claims the run. FOR NO KEY UPDATE, as strong as the
+        # decision's own UPDATE of the run: FOR UPDATE would also hold off every check of a
+        # foreign key to the run (the exporter's write of the run's trace checks one at its
+        # commit, holding the trace's row this transaction writes next: a deadlock on
+        # PostgreSQL, a 500 for a loser or a trace write lost).
         run = (
-            AgentRun.objects.select_for_update(of=("self",))
+            AgentRun.objects.select_for_update(of=("self",), no_key=True)
             .select_related("conversation")
             .get(pk=current.run_id)
         )
