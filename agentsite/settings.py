@@ -357,6 +357,11 @@ AGENTSITE_STUCK_RUN_TIMEOUT = env_int("AGENTSITE_STUCK_RUN_TIMEOUT", 15 * 60)
 # How often the server expires overdue approvals and recovers stuck runs (0: never; then run
 # `manage.py expire_approvals` and `manage.py recover_runs` from cron).
 AGENTSITE_SWEEP_SECONDS = env_int("AGENTSITE_SWEEP_SECONDS", 60)
+# Every server, worker and command process that runs agents beats this often (a row per
+# process); a run names the process that owns it (0: no heartbeat, only the timeout above).
+AGENTSITE_HEARTBEAT_SECONDS = env_float("AGENTSITE_HEARTBEAT_SECONDS", 5.0)
+# A process silent this long is taken as gone: its running runs fail at once (3 beats).
+AGENTSITE_PROCESS_TIMEOUT = env_float("AGENTSITE_PROCESS_TIMEOUT", 15.0)
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 # --- Tracing -------------------------------------------------------------------------------

@@ -53,13 +53,14 @@ from approvals.models import (
     ApprovalStatus,
     ConsumedState,
     RunStatus,
+    ServerProcess,
     arguments_hash,
 )
 from common import formatting
 from conversations.items import parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session
-from engine import events, executor, permissions, providers, registry
+from engine import events, executor, heartbeat, permissions, providers, registry
 from engine.executor import Job
 from engine.sql import statements
 from tracing import recording
@@ -137,6 +138,9 @@ def start_run(
         # Chosen here, so the run's trace can be linked before its first span arrives.
         trace_id=f"trace_{uuid.uuid4().hex}",
         requested_by=user if user is not None and user.is_authenticated else None,
+        # The in-process executor's job lives in this process: should it go before the job
+        # starts, recovery takes the run over at once (the claim lets one copy proceed).
+        process=heartbeat.owner() if settings.AGENTSITE_EXECUTOR == "inprocess" else "",
     )
     run_id, conversation_id = run.pk, conversation.pk
     # After the caller's transaction commits (the chat view holds the conversation's lock),
@@ -449,7 +453,9 @@ def _claim_sync(run_id: int, expected: str) -> AgentRun | None:
     # One conditional UPDATE decides who wins (engine/sql.py says why it is plain SQL).
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
-        cursor.execute(statements().claim, [RunStatus.RUNNING, now, run_id, expected])
+        cursor.execute(
+            statements().claim, [RunStatus.RUNNING, now, heartbeat.owner(), run_id, expected]
+        )
         claimed = cursor.rowcount == 1
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
@@ -466,7 +472,8 @@ def _claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
-                sql.claim_state, [RunStatus.RUNNING, now, True, run_id, RunStatus.RESUMING]
+                sql.claim_state,
+                [RunStatus.RUNNING, now, heartbeat.owner(), True, run_id, RunStatus.RESUMING],
             )
             claimed = cursor.rowcount == 1
         if not claimed:
@@ -502,6 +509,7 @@ def _fail_sync(
     *,
     from_statuses: tuple[str, ...] = ACTIVE_STATUSES,
     quiet_since: Any = None,
+    owned_by: str | None = None,
 ) -> bool:
     """Fail the run if it is still in one of `from_statuses`; True if this call failed it.
 
@@ -524,6 +532,8 @@ def _fail_sync(
         rows = AgentRun.objects.filter(pk=run_id, status__in=from_statuses)
         if quiet_since is not None:
             rows = rows.stuck(quiet_since)
+        if owned_by is not None:
+            rows = rows.filter(process=owned_by)
         paused = rows.filter(pause_count__gt=0).values_list("pause_count", "state").first()
         failed = rows.update(**changes)
         if failed and paused is not None:
@@ -850,30 +860,79 @@ class Recovery:
     resubmitted: int = 0
 
 
+RESTART_REASON = "Interrupted by a restart: the process running it stopped. Nothing was retried."
+
+
+def recover_orphans() -> Recovery:
+    """Deal at once with the runs of processes that are gone (their row says stopped, or they
+    have not beaten for AGENTSITE_PROCESS_TIMEOUT); every heartbeat and sweep does this.
+
+    - running: its process died (or stopped) mid-run, perhaps mid-tool. It fails with
+      "interrupted by a restart"; nothing is retried.
+    - queued, with the in-process executor: its job was in that process's queue, never
+      started. This process takes the run over (a conditional UPDATE of its owner: one
+      process does) and submits it again; should the old process be alive after all, the
+      claim lets exactly one copy of the job proceed.
+    """
+    recovery = Recovery()
+    gone = ServerProcess.objects.gone(heartbeat.silent_since()).values("identity")
+    statuses = [RunStatus.RUNNING]
+    inprocess = settings.AGENTSITE_EXECUTOR == "inprocess"
+    if inprocess:
+        statuses.append(RunStatus.QUEUED)
+    orphans = AgentRun.objects.filter(status__in=statuses, process__in=gone).exclude(process="")
+    for run_id, conversation_id, status, owner in list(
+        orphans.values_list("pk", "conversation_id", "status", "process")
+    ):
+        if status == RunStatus.RUNNING:
+            # Conditional again: still running, still that process's.
+            if _fail_sync(run_id, RESTART_REASON, from_statuses=(status,), owned_by=owner):
+                recovery.failed += 1
+                events.publish_sync(
+                    [_run_updated(run_id, conversation_id, RunStatus.FAILED, RESTART_REASON)]
+                )
+        elif AgentRun.objects.filter(pk=run_id, status=status, process=owner).update(
+            process=heartbeat.owner(), updated=timezone.now()
+        ):
+            executor.submit("execute", run_id)
+            recovery.resubmitted += 1
+    return recovery
+
+
 def recover_stuck_runs(older_than: timedelta | None = None) -> Recovery:
     """Deal with runs that a dead process left behind; no tool ever runs twice.
 
-    - running, and quiet for `older_than` (a live run beats every 30 s): its process died
-      mid-run, perhaps mid-tool. It fails with "interrupted by a restart"; nothing is retried.
+    - whatever `recover_orphans` finds: runs of processes known to be gone, at once.
+    - running, quiet for `older_than`, and owned by no live process (a run without an owner:
+      its process kept no heartbeat): its process died mid-run, perhaps mid-tool. It fails
+      with "interrupted by a restart"; nothing is retried. A run whose process beats is left
+      alone however quiet it is.
     - queued or resuming, and quiet for `older_than`: its job was lost before it started
       (the in-process executor's queue dies with its process). Nothing of it has executed
       (a resuming run's state is unconsumed), so the job is submitted again; the claim in
       `execute`/`resume` lets exactly one copy of a job proceed.
+
+    Rows of processes gone for a day are deleted.
     """
     if older_than is None:
         older_than = timedelta(seconds=settings.AGENTSITE_STUCK_RUN_TIMEOUT)
+    recovery = recover_orphans()
     cutoff = timezone.now() - older_than
-    recovery = Recovery()
-    reason = "Interrupted by a restart: the process running it stopped. Nothing was retried."
+    alive = ServerProcess.objects.alive(heartbeat.silent_since()).values("identity")
     stuck = AgentRun.objects.stuck(cutoff)
-    dead = stuck.filter(status=RunStatus.RUNNING)
+    dead = stuck.filter(status=RunStatus.RUNNING).exclude(process__in=alive)
     for run_id, conversation_id in list(dead.values_list("pk", "conversation_id")):
         # Conditional again: a run that beat since the listing is alive and stays so.
-        if _fail_sync(run_id, reason, from_statuses=(RunStatus.RUNNING,), quiet_since=cutoff):
+        if _fail_sync(
+            run_id, RESTART_REASON, from_statuses=(RunStatus.RUNNING,), quiet_since=cutoff
+        ):
             recovery.failed += 1
-            events.publish_sync([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
+            events.publish_sync(
+                [_run_updated(run_id, conversation_id, RunStatus.FAILED, RESTART_REASON)]
+            )
     lost = stuck.exclude(status=RunStatus.RUNNING).filter(state_consumed=False)
     for run_id, status in list(lost.values_list("pk", "status")):
         executor.submit("execute" if status == RunStatus.QUEUED else "resume", run_id)
         recovery.resubmitted += 1
+    heartbeat.prune()
     return recovery
