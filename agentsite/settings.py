@@ -362,6 +362,9 @@ AGENTSITE_SWEEP_SECONDS = env_int("AGENTSITE_SWEEP_SECONDS", 60)
 AGENTSITE_HEARTBEAT_SECONDS = env_float("AGENTSITE_HEARTBEAT_SECONDS", 5.0)
 # A process silent this long is taken as gone: its running runs fail at once (3 beats).
 AGENTSITE_PROCESS_TIMEOUT = env_float("AGENTSITE_PROCESS_TIMEOUT", 15.0)
+# How long a run's final write (its completion, pause or failure) is retried while the
+# database cannot be reached; then the run fails at its process's next heartbeat.
+AGENTSITE_FINAL_WRITE_RETRY_SECONDS = env_float("AGENTSITE_FINAL_WRITE_RETRY_SECONDS", 30.0)
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 # --- Tracing -------------------------------------------------------------------------------

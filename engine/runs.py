@@ -20,13 +20,16 @@ The database is the truth; events are published only after commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
 import math
 import secrets
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -38,7 +41,14 @@ from agents.tool import ToolOriginType
 from agents.version import __version__ as SDK_VERSION
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from openai.types.responses import ResponseTextDeltaEvent
@@ -295,10 +305,93 @@ async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any
         await _fail(run, f"The agent failed: {type(exc).__name__}: {exc}", result)
         return
     if result.interruptions:
-        outcome = await db_hop(_save_pause)(run, agent, result)
+        outcome = await _final_write(run.pk, _Outcome(), _save_pause, run, agent, result)
     else:
-        outcome = await db_hop(_save_completion)(run, result)
+        outcome = await _final_write(run.pk, _Outcome(), _save_completion, run, result)
     await events.publish(outcome.events)
+
+
+# --- the final write, through a database outage ---------------------------------------------
+
+# A connection that broke or a database that does not answer: worth another try.
+FINAL_WRITE_ERRORS = (OperationalError, InterfaceError)
+FINAL_WRITE_FIRST_DELAY = 0.05
+FINAL_WRITE_MAX_DELAY = 2.0
+ABANDONED_REASON = (
+    "The run ended, but its result could not be saved: the database could not be reached. "
+    "Nothing was retried."
+)
+# Runs of this process whose final write gave up, with the reason they fail with:
+# `fail_abandoned` fails them on the process's next heartbeat that reaches the database.
+_abandoned: dict[int, str] = {}
+_abandoned_lock = threading.Lock()
+
+
+async def _final_write[T](
+    run_id: int,
+    gave_up: T,
+    write: Callable[..., T],
+    *args: Any,
+    lost_reason: str = ABANDONED_REASON,
+) -> T:
+    """`write(*args)` in a database thread, tried again with backoff for
+    AGENTSITE_FINAL_WRITE_RETRY_SECONDS while the database cannot be reached (each write is
+    one transaction, conditional on the run still running, so a retry never applies twice).
+    If it still cannot be written, the run is left to this process's next heartbeat, which
+    fails it, and `gave_up` is returned."""
+    deadline = time.monotonic() + settings.AGENTSITE_FINAL_WRITE_RETRY_SECONDS
+    delay = FINAL_WRITE_FIRST_DELAY
+    attempt = 1
+    while True:
+        try:
+            return await db_hop(_attempt_write)(write, *args)
+        except FINAL_WRITE_ERRORS as exc:
+            if time.monotonic() + delay > deadline:
+                logger.error(
+                    "Run %s: its final write failed %d time(s), the last with %r; it fails at "
+                    "this process's next heartbeat.",
+                    run_id,
+                    attempt,
+                    exc,
+                )
+                with _abandoned_lock:
+                    _abandoned[run_id] = lost_reason
+                return gave_up
+            logger.warning(
+                "Run %s: its final write failed (%r); trying again in %.2g s.", run_id, exc, delay
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, FINAL_WRITE_MAX_DELAY)
+        attempt += 1
+
+
+def _attempt_write[T](write: Callable[..., T], *args: Any) -> T:
+    try:
+        return write(*args)
+    except FINAL_WRITE_ERRORS:
+        # The connection may be broken: the next attempt opens a new one.
+        if not connection.in_atomic_block:
+            with contextlib.suppress(DatabaseError):
+                connection.close()
+        raise
+
+
+def fail_abandoned() -> int:
+    """Fail this process's runs whose final write gave up (the database answers again: the
+    heartbeat that calls this just reached it). Returns how many failed."""
+    with _abandoned_lock:
+        left = sorted(_abandoned.items())
+    failed = 0
+    for run_id, reason in left:
+        if _fail_sync(run_id, reason, from_statuses=(RunStatus.RUNNING,)):
+            failed += 1
+            conversation_id = (
+                AgentRun.objects.filter(pk=run_id).values_list("conversation_id", flat=True).get()
+            )
+            events.publish_sync([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
+        with _abandoned_lock:
+            _abandoned.pop(run_id, None)
+    return failed
 
 
 def _heartbeat(run_id: int) -> None:
@@ -353,10 +446,15 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
         )
         if saved:
             recording.follow_run(run, RunStatus.COMPLETED)
+    completed = _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.COMPLETED)])
     if not saved:
+        if AgentRun.objects.filter(pk=run.pk, status=RunStatus.COMPLETED).exists():
+            # An earlier attempt committed before its connection broke (only this write
+            # completes a run).
+            return completed
         logger.warning("Run %s finished but was no longer running; its result was dropped.", run.pk)
         return _Outcome()
-    return _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.COMPLETED)])
+    return completed
 
 
 def sign_state(state: Any) -> str:
@@ -387,6 +485,13 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
     try:
         with transaction.atomic():
             locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+            if locked.status == RunStatus.WAITING and locked.pause_count == run.pause_count + 1:
+                # An earlier attempt committed before its connection broke (only this write
+                # moves a running run to waiting).
+                requests = list(ApprovalRequest.objects.of_pause(locked, locked.pause_count))
+                outcome.events.extend(events.ApprovalCreated.for_request(r) for r in requests)
+                outcome.events.append(_run_updated(run.pk, run.conversation_id, locked.status))
+                return outcome
             if locked.status != RunStatus.RUNNING:
                 # Failed meanwhile: asking reviewers to approve a dead run's calls is wrong.
                 logger.warning("Run %s paused but was %s; nothing saved.", run.pk, locked.status)
@@ -498,7 +603,7 @@ def _nonce(state: Any) -> str:
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
-    if await db_hop(_fail_sync)(run.pk, reason, result):
+    if await _final_write(run.pk, False, _fail_sync, run.pk, reason, result, lost_reason=reason):
         await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
 
 
@@ -569,7 +674,7 @@ def interrupt(run_ids: list[int]) -> int:
 
 async def fail_unfinished(run_id: int, reason: str) -> None:
     """Fail a run that a crash left queued, running or resuming; others stay as they are."""
-    if await db_hop(_fail_sync)(run_id, reason):
+    if await _final_write(run_id, False, _fail_sync, run_id, reason, lost_reason=reason):
         conversation_id = (
             await AgentRun.objects.filter(pk=run_id)
             .values_list("conversation_id", flat=True)

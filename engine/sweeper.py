@@ -2,9 +2,9 @@
 that a dead process left behind, so neither needs a cron job.
 
 Every AGENTSITE_HEARTBEAT_SECONDS, each process that runs agents beats (`engine.heartbeat`)
-and, on each beat, fails what processes that are gone left running (`runs.recover_orphans`):
-a web server on its loop (`start`), a `db_worker` or a management command on a daemon thread
-(`start_thread`).
+and, on each beat, fails what it could not end itself (a final write that gave up) and what
+processes that are gone left running (`runs.recover_orphans`): a web server on its loop
+(`start`), a `db_worker` or a management command on a daemon thread (`start_thread`).
 """
 
 from __future__ import annotations
@@ -58,10 +58,12 @@ async def _sweep_forever(every: float) -> None:
 
 
 def pulse() -> bool:
-    """One heartbeat of this process, then what it brings to light: runs of processes that are
+    """One heartbeat of this process, then what it brings to light: this process's runs whose
+    final write gave up fail now that the database answers, and runs of processes that are
     gone fail (or, queued, are taken over). False when this process keeps no heartbeat."""
     if not heartbeat.beat():
         return False
+    runs.fail_abandoned()
     runs.recover_orphans()
     return True
 
