@@ -5,7 +5,10 @@ timeout. A real server killed with -9 mid-run is the end-to-end case."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,7 +21,7 @@ from django.utils import timezone
 from approvals.models import AgentRun, ProcessKind, RunStatus, ServerProcess
 from engine import heartbeat, runs, sweeper
 from tests.factories import make_conversation, make_run, make_user, start_run
-from tests.live import start_site, stop_site
+from tests.live import ROOT, start_site, stop_site
 from tests.live import test_database_url as live_database_url
 from tests.test_shutdown import send, signed_in
 
@@ -189,7 +192,39 @@ def test_without_a_heartbeat_a_process_owns_nothing(settings: Any) -> None:
     assert not ServerProcess.objects.exists()
 
 
-# --- a real server, killed mid-run ----------------------------------------------------------
+# --- a real server, and a real worker, killed mid-run --------------------------------------
+
+
+def killed_mid_run(
+    run: AgentRun, process: subprocess.Popen[bytes], log: Path, settings: Any
+) -> float:
+    """Wait for `run` to run in `process`, check it is owned there, kill -9 `process`, and
+    recover here until the run fails: seconds from the kill to the failure."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        run.refresh_from_db()
+        if run.status == RunStatus.RUNNING:
+            break
+        assert process.poll() is None, log.read_text(errors="replace")
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the run never started:\n{log.read_text(errors='replace')}")
+    owner = ServerProcess.objects.get(identity=run.process)
+    assert (owner.pid, owner.stopped) == (process.pid, None)
+    settings.AGENTSITE_PROCESS_TIMEOUT = 2
+    assert runs.recover_stuck_runs().failed == 0  # alive: left alone
+
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    killed = time.monotonic()
+    while time.monotonic() - killed < 10 and not runs.recover_stuck_runs().failed:
+        time.sleep(0.2)
+    took = time.monotonic() - killed
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED, log.read_text(errors="replace")
+    assert RESTART in run.error.lower()
+    assert not AgentRun.objects.filter(conversation=run.conversation).busy().exists()
+    return took
 
 
 @pytest.mark.usefixtures("orders")
@@ -208,35 +243,53 @@ def test_a_run_killed_with_its_server_fails_within_seconds(tmp_path: Path, setti
     try:
         send(site, signed_in(site, alice.username), conversation.session_id, "where is order 7")
         deadline = time.monotonic() + 15
-        run = None
-        while time.monotonic() < deadline:
-            run = AgentRun.objects.filter(conversation=conversation).first()
-            if run is not None and run.status == RunStatus.RUNNING:
-                break
+        while not AgentRun.objects.filter(conversation=conversation).exists():
+            assert time.monotonic() < deadline, site.log()
             time.sleep(0.05)
-        else:
-            raise AssertionError(f"the run never started:\n{site.log()}")
-        owner = ServerProcess.objects.get(identity=run.process)
-        assert (owner.kind, owner.pid, owner.stopped) == ("web", site.process.pid, None)
-        # Alive: recovery leaves the run alone.
-        settings.AGENTSITE_PROCESS_TIMEOUT = 2
-        assert runs.recover_stuck_runs().failed == 0
-
-        site.process.send_signal(signal.SIGKILL)
-        site.process.wait(timeout=10)
-        killed = time.monotonic()
-        while time.monotonic() - killed < 10:
-            if runs.recover_stuck_runs().failed:
-                break
-            time.sleep(0.2)
-        took = time.monotonic() - killed
+        run = AgentRun.objects.get(conversation=conversation)
+        took = killed_mid_run(run, site.process, site.log_path, settings)
     finally:
         stop_site(site)
-    run.refresh_from_db()
-    assert run.status == RunStatus.FAILED, site.log()
-    assert RESTART in run.error.lower()
+    assert ServerProcess.objects.get(pid=site.process.pid).kind == ProcessKind.WEB
     assert 1.5 < took < 6, took  # two seconds of silence, not 900
-    assert not AgentRun.objects.filter(conversation=conversation).busy().exists()
+
+
+@pytest.mark.usefixtures("orders")
+def test_a_run_killed_with_its_db_worker_fails_within_seconds(
+    tmp_path: Path, settings: Any
+) -> None:
+    settings.AGENTSITE_EXECUTOR = "tasks"
+    log_path = tmp_path / "db_worker.log"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "AGENTSITE_LIVE_TEST_SERVER": "1",  # the demo model streams at the pace below
+        "AGENTSITE_DEMO_STREAM_DELAY": "2",
+        "AGENTSITE_EXECUTOR": "tasks",
+        "AGENTSITE_HEARTBEAT_SECONDS": "0.5",
+        "DATABASE_URL": live_database_url(),
+        "PYTHONUNBUFFERED": "1",
+    }
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(name, None)
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "db_worker", "--interval", "0.05"]
+            + ["--no-startup-delay", "--no-reload"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        run = start_run("where is order 7")
+        took = killed_mid_run(run, worker, log_path, settings)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        worker.wait()
+    assert ServerProcess.objects.get(pid=worker.pid).kind == ProcessKind.WORKER
+    assert 1.5 < took < 6, took
 
 
 def test_gone_and_alive_split_the_processes_by_their_last_beat_and_stop() -> None:
