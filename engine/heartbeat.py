@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -28,6 +29,11 @@ PRUNE_AFTER = timedelta(days=1)
 
 _lock = threading.Lock()
 _identity = ""
+# When this process last beat (monotonic), and until when it does not judge others: after an
+# outage that kept its own beats from the database, the others' silence is that outage too,
+# so it gives them a beat's time to be heard again.
+_last_beat: float | None = None
+_judging_from = 0.0
 
 
 def owner() -> str:
@@ -49,6 +55,7 @@ def begin(kind: ProcessKind) -> str:
 def beat() -> bool:
     """Say this process is alive (its row is written the first time, and again should it have
     gone). False when this process keeps no heartbeat."""
+    global _last_beat, _judging_from
     identity = _identity
     if not identity:
         return False
@@ -59,7 +66,17 @@ def beat() -> bool:
             identity=identity,
             defaults={"kind": kind, "host": host, "pid": int(pid), "started": now, "beat": now},
         )
+    beaten = time.monotonic()
+    if _last_beat is not None and beaten - _last_beat > settings.AGENTSITE_PROCESS_TIMEOUT:
+        _judging_from = beaten + 2 * settings.AGENTSITE_HEARTBEAT_SECONDS
+    _last_beat = beaten
     return True
+
+
+def may_judge() -> bool:
+    """Whether this process may take others' silence as their death now: not for two beats
+    after its own beats were kept from the database longer than AGENTSITE_PROCESS_TIMEOUT."""
+    return time.monotonic() >= _judging_from
 
 
 def stop() -> None:
@@ -86,6 +103,6 @@ def prune() -> int:
 
 def reset() -> None:
     """Forget this process's identity without writing anything (tests)."""
-    global _identity
+    global _identity, _last_beat, _judging_from
     with _lock:
-        _identity = ""
+        _identity, _last_beat, _judging_from = "", None, 0.0

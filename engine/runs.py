@@ -978,8 +978,13 @@ def recover_orphans() -> Recovery:
       started. This process takes the run over (a conditional UPDATE of its owner: one
       process does) and submits it again; should the old process be alive after all, the
       claim lets exactly one copy of the job proceed.
+
+    Right after a database outage that kept this process's own beats out, nothing: the
+    others were cut off as well, and get two beats to be heard (`heartbeat.may_judge`).
     """
     recovery = Recovery()
+    if not heartbeat.may_judge():
+        return recovery
     gone = ServerProcess.objects.gone(heartbeat.silent_since()).values("identity")
     statuses = [RunStatus.RUNNING]
     inprocess = settings.AGENTSITE_EXECUTOR == "inprocess"

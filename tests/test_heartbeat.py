@@ -303,3 +303,20 @@ def test_gone_and_alive_split_the_processes_by_their_last_beat_and_stop() -> Non
 
     assert identities(ServerProcess.objects.gone(since)) == {stopped, silent}
     assert identities(ServerProcess.objects.alive(since)) == {alive}
+
+
+def test_after_an_outage_of_its_own_a_process_gives_the_others_time_to_beat(
+    beating: str, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database was out for 20 s: every process was silent, none of them is dead. The
+    first beat that gets through does not fail the others' runs; two beats later it may."""
+    run = running_run(other_process(beat_ago=20), quiet_for=20)
+    monkeypatch.setattr(heartbeat, "_last_beat", time.monotonic() - 20)
+    assert heartbeat.beat()
+
+    assert runs.recover_stuck_runs().failed == 0
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+
+    monkeypatch.setattr(heartbeat, "_judging_from", time.monotonic())
+    assert runs.recover_stuck_runs().failed == 1
