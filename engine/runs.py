@@ -395,7 +395,12 @@ def fail_abandoned() -> int:
 
 
 def _heartbeat(run_id: int) -> None:
-    AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(updated=timezone.now())
+    try:
+        AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(updated=timezone.now())
+    except FINAL_WRITE_ERRORS as exc:
+        # A sign of life only (the process's own heartbeat is what counts): a database that
+        # does not answer for a moment does not end the run.
+        logger.warning("Run %s: its sign of life could not be written (%r).", run_id, exc)
 
 
 def _usage(result: RunResultStreaming | None) -> dict[str, int]:

@@ -39,6 +39,8 @@ def start(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
         beating = loop.create_task(_beat_forever(settings.AGENTSITE_HEARTBEAT_SECONDS))
         _beats[loop] = beating
         beating.add_done_callback(lambda _: _beats.pop(loop, None))
+        # `agentsite.serve` marks it stopped when it has drained; any other clean exit here.
+        atexit.register(_stop_at_exit)
     if loop in _sweepers or settings.AGENTSITE_SWEEP_SECONDS <= 0:
         return None
     task = loop.create_task(_sweep_forever(settings.AGENTSITE_SWEEP_SECONDS))

@@ -168,3 +168,20 @@ def test_a_real_connection_killed_at_the_final_write_is_reopened(
     assert len(killed) == (1 if connection.vendor == "postgresql" else 0)
     assert run.status == RunStatus.COMPLETED, run.error
     assert "order 7" in run.final_output.lower()
+
+
+@pytest.mark.usefixtures("submitted")
+def test_a_sign_of_life_that_cannot_be_written_does_not_end_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = start_run("where is order 7")
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    hit = inject(
+        monkeypatch, times=1, matches=lambda sql: sql.lstrip().upper().startswith("UPDATE")
+    )
+
+    runs._heartbeat(run.pk)  # raised OperationalError into the stream, failing the run
+
+    assert hit["n"] == 1
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
