@@ -320,3 +320,33 @@ def test_after_an_outage_of_its_own_a_process_gives_the_others_time_to_beat(
 
     monkeypatch.setattr(heartbeat, "_judging_from", time.monotonic())
     assert runs.recover_stuck_runs().failed == 1
+
+
+def test_a_process_timeout_shorter_than_two_beats_stops_the_site() -> None:
+    """Live processes would be taken as gone between their beats, and their runs failed."""
+    env = {
+        **os.environ,
+        "AGENTSITE_HEARTBEAT_SECONDS": "5",
+        "AGENTSITE_PROCESS_TIMEOUT": "8",
+        "DJANGO_SETTINGS_MODULE": "agentsite.settings",
+    }
+    refused = subprocess.run(
+        [sys.executable, "-c", "import agentsite.settings"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0
+    assert "AGENTSITE_PROCESS_TIMEOUT=8 must be at least two heartbeats" in refused.stderr
+    env["AGENTSITE_PROCESS_TIMEOUT"] = "10"
+    accepted = subprocess.run(
+        [sys.executable, "-c", "import agentsite.settings"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert accepted.returncode == 0, accepted.stderr
