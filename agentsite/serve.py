@@ -7,6 +7,8 @@ is started through here.
 - On SIGTERM (or Ctrl-C) it drains before it stops: no new run starts, runs in flight get
   `AGENTSITE_SHUTDOWN_GRACE` seconds to end, and what is still running then is marked
   interrupted (never retried) instead of being left "running" for recovery to find later.
+  Then its process row says it stopped (`engine.heartbeat`), so anything it still owned is
+  failed by the next process that looks, without waiting for its beats to go silent.
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ def without_query(path: str) -> str:
 
 async def drain(grace: float) -> int:
     """Let the in-process runs end within `grace` seconds; fail the ones still running then.
-    Returns how many were interrupted."""
-    from engine import executor, runs
+    Returns how many were interrupted. Then this process's row says it stopped."""
+    from engine import executor, heartbeat, runs
 
     jobs = executor.inprocess()
     left = await jobs.drain(grace)
     interrupted = await sync_to_async(runs.interrupt, thread_sensitive=False)(left) if left else 0
     jobs.cancel_pending()
+    try:
+        await sync_to_async(heartbeat.stop, thread_sensitive=False)()
+    except Exception:
+        logger.exception("Could not mark this process stopped; it is taken as gone when silent")
     if left:
         logger.warning(
             "Shutting down: %d run(s) did not end within %g s; %d marked interrupted.",

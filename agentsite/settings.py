@@ -357,6 +357,21 @@ AGENTSITE_STUCK_RUN_TIMEOUT = env_int("AGENTSITE_STUCK_RUN_TIMEOUT", 15 * 60)
 # How often the server expires overdue approvals and recovers stuck runs (0: never; then run
 # `manage.py expire_approvals` and `manage.py recover_runs` from cron).
 AGENTSITE_SWEEP_SECONDS = env_int("AGENTSITE_SWEEP_SECONDS", 60)
+# Every server, worker and command process that runs agents beats this often (a row per
+# process); a run names the process that owns it (0: no heartbeat, only the timeout above).
+AGENTSITE_HEARTBEAT_SECONDS = env_float("AGENTSITE_HEARTBEAT_SECONDS", 5.0)
+# A process silent this long is taken as gone: its running runs fail at once (3 beats).
+AGENTSITE_PROCESS_TIMEOUT = env_float("AGENTSITE_PROCESS_TIMEOUT", 15.0)
+if AGENTSITE_HEARTBEAT_SECONDS > 0 and AGENTSITE_PROCESS_TIMEOUT < 2 * AGENTSITE_HEARTBEAT_SECONDS:
+    # Live processes would be taken as gone between two beats, and their runs failed.
+    raise ImproperlyConfigured(
+        f"AGENTSITE_PROCESS_TIMEOUT={AGENTSITE_PROCESS_TIMEOUT:g} must be at least two "
+        f"heartbeats (AGENTSITE_HEARTBEAT_SECONDS={AGENTSITE_HEARTBEAT_SECONDS:g}); three or "
+        "more is safer."
+    )
+# How long a run's final write (its completion, pause or failure) is retried while the
+# database cannot be reached; then the run fails at its process's next heartbeat.
+AGENTSITE_FINAL_WRITE_RETRY_SECONDS = env_float("AGENTSITE_FINAL_WRITE_RETRY_SECONDS", 30.0)
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 # --- Tracing -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from approvals.models import (
     ApprovalDecision,
     ApprovalRequest,
     ConsumedState,
+    ServerProcess,
 )
 from common.admin import ReadOnlyAdminMixin, pretty_json
 from engine import runs
@@ -58,6 +59,7 @@ RUN_FIELDS = (
     "created",
     "updated",
     "finished",
+    "process",
 )
 RUN_STATE_FIELDS = (
     "pause_count",
@@ -251,3 +253,15 @@ class ConsumedStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     date_hierarchy = "created"
     list_select_related = ["run"]
     fields = readonly_fields = ("run", "pause", "nonce", "created")
+
+
+@admin.register(ServerProcess)
+class ServerProcessAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The processes that run agents and their heartbeats: written by the engine alone (a run's
+    `process` is one of these identities)."""
+
+    list_display = ["identity", "kind", "host", "pid", "started", "beat", "stopped"]
+    list_filter = ["kind", "host"]
+    search_fields = ["identity", "host", "=pid"]
+    date_hierarchy = "started"
+    fields = readonly_fields = ("identity", "kind", "host", "pid", "started", "beat", "stopped")

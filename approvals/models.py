@@ -51,6 +51,49 @@ BUSY_STATUSES = (*ACTIVE_STATUSES, RunStatus.WAITING)
 FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
+class ProcessKind(models.TextChoices):
+    WEB = "web", "Web server"
+    WORKER = "worker", "Task worker"
+    COMMAND = "command", "Management command"
+
+
+class ServerProcessQuerySet(models.QuerySet["ServerProcess"]):
+    def gone(self, silent_since: datetime) -> ServerProcessQuerySet:
+        """Processes that will not finish what they own: stopped cleanly, or without a beat
+        since `silent_since` (killed, frozen, cut off from the database)."""
+        return self.filter(models.Q(stopped__isnull=False) | models.Q(beat__lt=silent_since))
+
+    def alive(self, silent_since: datetime) -> ServerProcessQuerySet:
+        """Processes that beat since `silent_since` and did not stop: what they own is theirs."""
+        return self.filter(stopped__isnull=True, beat__gte=silent_since)
+
+
+class ServerProcess(models.Model):
+    """One row per web server, task worker or management command that runs agents: it beats
+    every AGENTSITE_HEARTBEAT_SECONDS while it lives, and says when it stopped cleanly. A run
+    names the process that owns it (`AgentRun.process`), so recovery can tell a dead owner
+    from a quiet run."""
+
+    identity = models.CharField(
+        max_length=160, unique=True, help_text="kind:host:pid:random token, as runs name it."
+    )
+    kind = models.CharField(max_length=20, choices=ProcessKind.choices)
+    host = models.CharField(max_length=100)
+    pid = models.PositiveIntegerField()
+    started = models.DateTimeField()
+    beat = models.DateTimeField(help_text="Its last heartbeat.")
+    stopped = models.DateTimeField(null=True, blank=True, help_text="Set on a clean stop.")
+
+    objects = ServerProcessQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started"]
+        verbose_name_plural = "server processes"
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.pid} on {self.host}"
+
+
 class AgentRunQuerySet(models.QuerySet["AgentRun"]):
     def busy(self) -> AgentRunQuerySet:
         """Runs that keep their conversation from taking a new message."""
@@ -98,6 +141,11 @@ class AgentRun(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
     finished = models.DateTimeField(null=True, blank=True)
+    # The `ServerProcess.identity` of the process that claimed it (set by the claim itself),
+    # or, for a queued run of the in-process executor, of the process whose queue holds its
+    # job; empty when that process keeps no heartbeat. A string, not a foreign key: the
+    # claim writes it in its one UPDATE, whether or not the process's row is written yet.
+    process = models.CharField(max_length=160, blank=True, default="")
 
     objects = AgentRunQuerySet.as_manager()
 

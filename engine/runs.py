@@ -20,13 +20,16 @@ The database is the truth; events are published only after commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
 import math
 import secrets
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -38,7 +41,14 @@ from agents.tool import ToolOriginType
 from agents.version import __version__ as SDK_VERSION
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from openai.types.responses import ResponseTextDeltaEvent
@@ -53,13 +63,14 @@ from approvals.models import (
     ApprovalStatus,
     ConsumedState,
     RunStatus,
+    ServerProcess,
     arguments_hash,
 )
 from common import formatting
 from conversations.items import parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session
-from engine import events, executor, permissions, providers, registry
+from engine import events, executor, heartbeat, permissions, providers, registry
 from engine.executor import Job
 from engine.sql import statements
 from tracing import recording
@@ -137,6 +148,9 @@ def start_run(
         # Chosen here, so the run's trace can be linked before its first span arrives.
         trace_id=f"trace_{uuid.uuid4().hex}",
         requested_by=user if user is not None and user.is_authenticated else None,
+        # The in-process executor's job lives in this process: should it go before the job
+        # starts, recovery takes the run over at once (the claim lets one copy proceed).
+        process=heartbeat.owner() if settings.AGENTSITE_EXECUTOR == "inprocess" else "",
     )
     run_id, conversation_id = run.pk, conversation.pk
     # After the caller's transaction commits (the chat view holds the conversation's lock),
@@ -291,14 +305,102 @@ async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any
         await _fail(run, f"The agent failed: {type(exc).__name__}: {exc}", result)
         return
     if result.interruptions:
-        outcome = await db_hop(_save_pause)(run, agent, result)
+        outcome = await _final_write(run.pk, _Outcome(), _save_pause, run, agent, result)
     else:
-        outcome = await db_hop(_save_completion)(run, result)
+        outcome = await _final_write(run.pk, _Outcome(), _save_completion, run, result)
     await events.publish(outcome.events)
 
 
+# --- the final write, through a database outage ---------------------------------------------
+
+# A connection that broke or a database that does not answer: worth another try.
+FINAL_WRITE_ERRORS = (OperationalError, InterfaceError)
+FINAL_WRITE_FIRST_DELAY = 0.05
+FINAL_WRITE_MAX_DELAY = 2.0
+ABANDONED_REASON = (
+    "The run ended, but its result could not be saved: the database could not be reached. "
+    "Nothing was retried."
+)
+# Runs of this process whose final write gave up, with the reason they fail with:
+# `fail_abandoned` fails them on the process's next heartbeat that reaches the database.
+_abandoned: dict[int, str] = {}
+_abandoned_lock = threading.Lock()
+
+
+async def _final_write[T](
+    run_id: int,
+    gave_up: T,
+    write: Callable[..., T],
+    *args: Any,
+    lost_reason: str = ABANDONED_REASON,
+) -> T:
+    """`write(*args)` in a database thread, tried again with backoff for
+    AGENTSITE_FINAL_WRITE_RETRY_SECONDS while the database cannot be reached (each write is
+    one transaction, conditional on the run still running, so a retry never applies twice).
+    If it still cannot be written, the run is left to this process's next heartbeat, which
+    fails it, and `gave_up` is returned."""
+    deadline = time.monotonic() + settings.AGENTSITE_FINAL_WRITE_RETRY_SECONDS
+    delay = FINAL_WRITE_FIRST_DELAY
+    attempt = 1
+    while True:
+        try:
+            return await db_hop(_attempt_write)(write, *args)
+        except FINAL_WRITE_ERRORS as exc:
+            if time.monotonic() + delay > deadline:
+                logger.error(
+                    "Run %s: its final write failed %d time(s), the last with %r; it fails at "
+                    "this process's next heartbeat.",
+                    run_id,
+                    attempt,
+                    exc,
+                )
+                with _abandoned_lock:
+                    _abandoned[run_id] = lost_reason
+                return gave_up
+            logger.warning(
+                "Run %s: its final write failed (%r); trying again in %.2g s.", run_id, exc, delay
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, FINAL_WRITE_MAX_DELAY)
+        attempt += 1
+
+
+def _attempt_write[T](write: Callable[..., T], *args: Any) -> T:
+    try:
+        return write(*args)
+    except FINAL_WRITE_ERRORS:
+        # The connection may be broken: the next attempt opens a new one.
+        if not connection.in_atomic_block:
+            with contextlib.suppress(DatabaseError):
+                connection.close()
+        raise
+
+
+def fail_abandoned() -> int:
+    """Fail this process's runs whose final write gave up (the database answers again: the
+    heartbeat that calls this just reached it). Returns how many failed."""
+    with _abandoned_lock:
+        left = sorted(_abandoned.items())
+    failed = 0
+    for run_id, reason in left:
+        if _fail_sync(run_id, reason, from_statuses=(RunStatus.RUNNING,)):
+            failed += 1
+            conversation_id = (
+                AgentRun.objects.filter(pk=run_id).values_list("conversation_id", flat=True).get()
+            )
+            events.publish_sync([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
+        with _abandoned_lock:
+            _abandoned.pop(run_id, None)
+    return failed
+
+
 def _heartbeat(run_id: int) -> None:
-    AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(updated=timezone.now())
+    try:
+        AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(updated=timezone.now())
+    except FINAL_WRITE_ERRORS as exc:
+        # A sign of life only (the process's own heartbeat is what counts): a database that
+        # does not answer for a moment does not end the run.
+        logger.warning("Run %s: its sign of life could not be written (%r).", run_id, exc)
 
 
 def _usage(result: RunResultStreaming | None) -> dict[str, int]:
@@ -349,10 +451,15 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
         )
         if saved:
             recording.follow_run(run, RunStatus.COMPLETED)
+    completed = _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.COMPLETED)])
     if not saved:
+        if AgentRun.objects.filter(pk=run.pk, status=RunStatus.COMPLETED).exists():
+            # An earlier attempt committed before its connection broke (only this write
+            # completes a run).
+            return completed
         logger.warning("Run %s finished but was no longer running; its result was dropped.", run.pk)
         return _Outcome()
-    return _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.COMPLETED)])
+    return completed
 
 
 def sign_state(state: Any) -> str:
@@ -383,6 +490,13 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
     try:
         with transaction.atomic():
             locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+            if locked.status == RunStatus.WAITING and locked.pause_count == run.pause_count + 1:
+                # An earlier attempt committed before its connection broke (only this write
+                # moves a running run to waiting).
+                requests = list(ApprovalRequest.objects.of_pause(locked, locked.pause_count))
+                outcome.events.extend(events.ApprovalCreated.for_request(r) for r in requests)
+                outcome.events.append(_run_updated(run.pk, run.conversation_id, locked.status))
+                return outcome
             if locked.status != RunStatus.RUNNING:
                 # Failed meanwhile: asking reviewers to approve a dead run's calls is wrong.
                 logger.warning("Run %s paused but was %s; nothing saved.", run.pk, locked.status)
@@ -449,7 +563,9 @@ def _claim_sync(run_id: int, expected: str) -> AgentRun | None:
     # One conditional UPDATE decides who wins (engine/sql.py says why it is plain SQL).
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
-        cursor.execute(statements().claim, [RunStatus.RUNNING, now, run_id, expected])
+        cursor.execute(
+            statements().claim, [RunStatus.RUNNING, now, heartbeat.owner(), run_id, expected]
+        )
         claimed = cursor.rowcount == 1
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
@@ -466,7 +582,8 @@ def _claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
-                sql.claim_state, [RunStatus.RUNNING, now, True, run_id, RunStatus.RESUMING]
+                sql.claim_state,
+                [RunStatus.RUNNING, now, heartbeat.owner(), True, run_id, RunStatus.RESUMING],
             )
             claimed = cursor.rowcount == 1
         if not claimed:
@@ -491,7 +608,7 @@ def _nonce(state: Any) -> str:
 
 
 async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
-    if await db_hop(_fail_sync)(run.pk, reason, result):
+    if await _final_write(run.pk, False, _fail_sync, run.pk, reason, result, lost_reason=reason):
         await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
 
 
@@ -502,6 +619,7 @@ def _fail_sync(
     *,
     from_statuses: tuple[str, ...] = ACTIVE_STATUSES,
     quiet_since: Any = None,
+    owned_by: str | None = None,
 ) -> bool:
     """Fail the run if it is still in one of `from_statuses`; True if this call failed it.
 
@@ -524,6 +642,8 @@ def _fail_sync(
         rows = AgentRun.objects.filter(pk=run_id, status__in=from_statuses)
         if quiet_since is not None:
             rows = rows.stuck(quiet_since)
+        if owned_by is not None:
+            rows = rows.filter(process=owned_by)
         paused = rows.filter(pause_count__gt=0).values_list("pause_count", "state").first()
         failed = rows.update(**changes)
         if failed and paused is not None:
@@ -559,7 +679,7 @@ def interrupt(run_ids: list[int]) -> int:
 
 async def fail_unfinished(run_id: int, reason: str) -> None:
     """Fail a run that a crash left queued, running or resuming; others stay as they are."""
-    if await db_hop(_fail_sync)(run_id, reason):
+    if await _final_write(run_id, False, _fail_sync, run_id, reason, lost_reason=reason):
         conversation_id = (
             await AgentRun.objects.filter(pk=run_id)
             .values_list("conversation_id", flat=True)
@@ -854,30 +974,84 @@ class Recovery:
     resubmitted: int = 0
 
 
+RESTART_REASON = "Interrupted by a restart: the process running it stopped. Nothing was retried."
+
+
+def recover_orphans() -> Recovery:
+    """Deal at once with the runs of processes that are gone (their row says stopped, or they
+    have not beaten for AGENTSITE_PROCESS_TIMEOUT); every heartbeat and sweep does this.
+
+    - running: its process died (or stopped) mid-run, perhaps mid-tool. It fails with
+      "interrupted by a restart"; nothing is retried.
+    - queued, with the in-process executor: its job was in that process's queue, never
+      started. This process takes the run over (a conditional UPDATE of its owner: one
+      process does) and submits it again; should the old process be alive after all, the
+      claim lets exactly one copy of the job proceed.
+
+    Right after a database outage that kept this process's own beats out, nothing: the
+    others were cut off as well, and get two beats to be heard (`heartbeat.may_judge`).
+    """
+    recovery = Recovery()
+    if not heartbeat.may_judge():
+        return recovery
+    gone = ServerProcess.objects.gone(heartbeat.silent_since()).values("identity")
+    statuses = [RunStatus.RUNNING]
+    inprocess = settings.AGENTSITE_EXECUTOR == "inprocess"
+    if inprocess:
+        statuses.append(RunStatus.QUEUED)
+    orphans = AgentRun.objects.filter(status__in=statuses, process__in=gone).exclude(process="")
+    for run_id, conversation_id, status, owner in list(
+        orphans.values_list("pk", "conversation_id", "status", "process")
+    ):
+        if status == RunStatus.RUNNING:
+            # Conditional again: still running, still that process's.
+            if _fail_sync(run_id, RESTART_REASON, from_statuses=(status,), owned_by=owner):
+                recovery.failed += 1
+                events.publish_sync(
+                    [_run_updated(run_id, conversation_id, RunStatus.FAILED, RESTART_REASON)]
+                )
+        elif AgentRun.objects.filter(pk=run_id, status=status, process=owner).update(
+            process=heartbeat.owner(), updated=timezone.now()
+        ):
+            executor.submit("execute", run_id)
+            recovery.resubmitted += 1
+    return recovery
+
+
 def recover_stuck_runs(older_than: timedelta | None = None) -> Recovery:
     """Deal with runs that a dead process left behind; no tool ever runs twice.
 
-    - running, and quiet for `older_than` (a live run beats every 30 s): its process died
-      mid-run, perhaps mid-tool. It fails with "interrupted by a restart"; nothing is retried.
+    - whatever `recover_orphans` finds: runs of processes known to be gone, at once.
+    - running, quiet for `older_than`, and owned by no live process (a run without an owner:
+      its process kept no heartbeat): its process died mid-run, perhaps mid-tool. It fails
+      with "interrupted by a restart"; nothing is retried. A run whose process beats is left
+      alone however quiet it is.
     - queued or resuming, and quiet for `older_than`: its job was lost before it started
       (the in-process executor's queue dies with its process). Nothing of it has executed
       (a resuming run's state is unconsumed), so the job is submitted again; the claim in
       `execute`/`resume` lets exactly one copy of a job proceed.
+
+    Rows of processes gone for a day are deleted.
     """
     if older_than is None:
         older_than = timedelta(seconds=settings.AGENTSITE_STUCK_RUN_TIMEOUT)
+    recovery = recover_orphans()
     cutoff = timezone.now() - older_than
-    recovery = Recovery()
-    reason = "Interrupted by a restart: the process running it stopped. Nothing was retried."
+    alive = ServerProcess.objects.alive(heartbeat.silent_since()).values("identity")
     stuck = AgentRun.objects.stuck(cutoff)
-    dead = stuck.filter(status=RunStatus.RUNNING)
+    dead = stuck.filter(status=RunStatus.RUNNING).exclude(process__in=alive)
     for run_id, conversation_id in list(dead.values_list("pk", "conversation_id")):
         # Conditional again: a run that beat since the listing is alive and stays so.
-        if _fail_sync(run_id, reason, from_statuses=(RunStatus.RUNNING,), quiet_since=cutoff):
+        if _fail_sync(
+            run_id, RESTART_REASON, from_statuses=(RunStatus.RUNNING,), quiet_since=cutoff
+        ):
             recovery.failed += 1
-            events.publish_sync([_run_updated(run_id, conversation_id, RunStatus.FAILED, reason)])
+            events.publish_sync(
+                [_run_updated(run_id, conversation_id, RunStatus.FAILED, RESTART_REASON)]
+            )
     lost = stuck.exclude(status=RunStatus.RUNNING).filter(state_consumed=False)
     for run_id, status in list(lost.values_list("pk", "status")):
         executor.submit("execute" if status == RunStatus.QUEUED else "resume", run_id)
         recovery.resubmitted += 1
+    heartbeat.prune()
     return recovery

@@ -17,9 +17,10 @@ from approvals.models import AgentRun, ConsumedState
 
 @dataclass(frozen=True)
 class Statements:
-    # Params: new status, updated, run id, expected status (turn overhead).
+    # Params: new status, updated, owner (the claiming process's identity, in the same
+    # UPDATE: no round trip of its own), run id, expected status (turn overhead).
     claim: str
-    # The same, and the state taken, once: params: new status, updated, True, run id,
+    # The same, and the state taken, once: params: new status, updated, owner, True, run id,
     # expected status (turn overhead; pause and resume). `runs.resume` runs it in one
     # transaction with `consume`.
     claim_state: str
@@ -33,7 +34,9 @@ class Statements:
 def statements() -> Statements:
     assert AgentRun._meta.pk is not None
     status, consumed = column(AgentRun, "status"), column(AgentRun, "state_consumed")
-    changes = f"{status} = %s, {column(AgentRun, 'updated')} = %s"
+    changes = (
+        f"{status} = %s, {column(AgentRun, 'updated')} = %s, {column(AgentRun, 'process')} = %s"
+    )
     where = f"{column(AgentRun, AgentRun._meta.pk.name)} = %s AND {status} = %s"
     runs = table(AgentRun)
     consumed_columns = ", ".join(

@@ -1,25 +1,46 @@
 """Every AGENTSITE_SWEEP_SECONDS, the server expires overdue approvals and deals with runs
-that a dead process left behind, so neither needs a cron job."""
+that a dead process left behind, so neither needs a cron job.
+
+Every AGENTSITE_HEARTBEAT_SECONDS, each process that runs agents beats (`engine.heartbeat`)
+and, on each beat, fails what it could not end itself (a final write that gave up) and what
+processes that are gone left running (`runs.recover_orphans`): a web server on its loop
+(`start`), a `db_worker` or a management command on a daemon thread (`start_thread`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import threading
+import time
 
 from django.conf import settings
+from django.db import close_old_connections
 
 from agentsite.db.hops import db_hop
-from engine import runs
+from approvals.models import ProcessKind
+from engine import heartbeat, runs
 
 logger = logging.getLogger(__name__)
 
-# One sweeper per loop, referenced until its loop closes (a task nobody references may be
-# garbage-collected mid-sleep).
+# One sweeper and one heartbeat per loop, referenced until its loop closes (a task nobody
+# references may be garbage-collected mid-sleep).
 _sweepers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+_beats: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+_thread_lock = threading.Lock()
+_thread: threading.Thread | None = None
 
 
 def start(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
-    """Start the sweep on `loop`; None when it already sweeps there or sweeping is off."""
+    """Start the heartbeat of this web process and the sweep on `loop`; the sweep's task, or
+    None when it already sweeps there or sweeping is off."""
+    if loop not in _beats and not _beating_on_thread() and heartbeat.begin(ProcessKind.WEB):
+        beating = loop.create_task(_beat_forever(settings.AGENTSITE_HEARTBEAT_SECONDS))
+        _beats[loop] = beating
+        beating.add_done_callback(lambda _: _beats.pop(loop, None))
+        # `agentsite.serve` marks it stopped when it has drained; any other clean exit here.
+        atexit.register(_stop_at_exit)
     if loop in _sweepers or settings.AGENTSITE_SWEEP_SECONDS <= 0:
         return None
     task = loop.create_task(_sweep_forever(settings.AGENTSITE_SWEEP_SECONDS))
@@ -36,3 +57,84 @@ async def _sweep_forever(every: float) -> None:
             await db_hop(runs.recover_stuck_runs)()
         except Exception:
             logger.exception("The sweep of overdue approvals and stuck runs failed")
+
+
+def pulse() -> bool:
+    """One heartbeat of this process, then what it brings to light: this process's runs whose
+    final write gave up fail now that the database answers, and runs of processes that are
+    gone fail (or, queued, are taken over). False when this process keeps no heartbeat."""
+    if not heartbeat.beat():
+        return False
+    runs.fail_abandoned()
+    runs.recover_orphans()
+    return True
+
+
+async def _beat_forever(every: float) -> None:
+    failing = False
+    while heartbeat.owner():
+        try:
+            await db_hop(pulse)()
+            failing = False
+        except Exception:
+            # A database outage: said once, not every beat; the beats go on.
+            if not failing:
+                logger.exception("The heartbeat of this process failed; retrying every %g s", every)
+            failing = True
+        await asyncio.sleep(every)
+
+
+def start_thread(kind: ProcessKind) -> bool:
+    """For a process without a server loop (a `db_worker`, a management command): beat now,
+    so the row exists before the first run is claimed, then on a daemon thread; a clean exit
+    marks the row stopped. Idempotent; False when heartbeats are off."""
+    global _thread
+    with _thread_lock:
+        if _thread is not None:
+            return True
+        if not heartbeat.begin(kind):
+            return False
+        pulse()
+        _thread = threading.Thread(
+            target=_beat_on_thread,
+            args=(settings.AGENTSITE_HEARTBEAT_SECONDS,),
+            name="agentsite-heartbeat",
+            daemon=True,
+        )
+        _thread.start()
+    atexit.register(_stop_at_exit)
+    return True
+
+
+def _beating_on_thread() -> bool:
+    return _thread is not None
+
+
+def _beat_on_thread(every: float) -> None:
+    failing = False
+    while True:
+        time.sleep(every)
+        if not heartbeat.owner():
+            return
+        try:
+            close_old_connections()
+            pulse()
+            failing = False
+        except Exception:
+            if not failing:
+                logger.exception("The heartbeat of this process failed; retrying every %g s", every)
+            failing = True
+
+
+def _stop_at_exit() -> None:
+    try:
+        heartbeat.stop()
+    except Exception:
+        logger.exception("Could not mark this process stopped; it is taken as gone when silent")
+
+
+def forget_thread() -> None:
+    """Tests: let `start_thread` start again after `heartbeat.reset()`."""
+    global _thread
+    with _thread_lock:
+        _thread = None

@@ -41,3 +41,10 @@ AGENTSITE_DEMO_STREAM_DELAY = (
 # The executor tests start a real `db_worker` (AGENTSITE_EXECUTOR=tasks) beside the in-memory
 # layer: they read the database, never a page, so the shared-layer check does not apply there.
 SILENCED_SYSTEM_CHECKS = ["engine.E001"]
+
+# The test process keeps no heartbeat (its runs have no owner; tests of the heartbeat turn it
+# on): the servers and workers it starts beat as configured.
+if not os.environ.get("AGENTSITE_LIVE_TEST_SERVER") and not os.environ.get(
+    "AGENTSITE_HEARTBEAT_SECONDS"
+):
+    AGENTSITE_HEARTBEAT_SECONDS = 0.0

@@ -8,14 +8,16 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from engine import executor, runs
+from approvals.models import ProcessKind
+from engine import executor, runs, sweeper
 
 
 class Command(BaseCommand):
     help = (
-        "Fail every run still 'running' with no sign of life for a while (its process died; "
-        "nothing is retried), and submit again the jobs of queued or resuming runs that "
-        "never started (nothing of them had executed)."
+        "Fail every run still 'running' whose process is gone (stopped, or without a "
+        "heartbeat for AGENTSITE_PROCESS_TIMEOUT) or, owned by no live process, with no sign "
+        "of life for a while (nothing is retried), and submit again the jobs of queued or "
+        "resuming runs that never started (nothing of them had executed)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -41,6 +43,9 @@ class Command(BaseCommand):
             older_than = settings.AGENTSITE_STUCK_RUN_TIMEOUT
         if older_than < 0:
             raise CommandError("--older-than must be zero or more seconds.")
+        # The runs this command resubmits may execute here: they are owned by a process
+        # that beats, and fail at once if it dies.
+        sweeper.start_thread(ProcessKind.COMMAND)
         recovery = runs.recover_stuck_runs(timedelta(seconds=older_than))
         self.stdout.write(
             f"Marked {recovery.failed} stuck run(s) as failed; "
