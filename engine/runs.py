@@ -489,7 +489,9 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
     outcome = _Outcome()
     try:
         with transaction.atomic():
-            locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+            # FOR NO KEY UPDATE, as in `_record_decision`: the exporter's batch of this run's
+            # trace checks its foreign key to the run on commit, while this waits for its row.
+            locked = AgentRun.objects.select_for_update(no_key=True).get(pk=run.pk)
             if locked.status == RunStatus.WAITING and locked.pause_count == run.pause_count + 1:
                 # An earlier attempt committed before its connection broke (only this write
                 # moves a running run to waiting).

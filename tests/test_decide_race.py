@@ -10,6 +10,7 @@ backend queues the writers. Each thread has its own connection.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
@@ -32,7 +33,7 @@ from approvals.models import (
     RunStatus,
 )
 from engine import runs
-from tests.factories import make_request, make_reviewer, make_run
+from tests.factories import make_request, make_reviewer, make_run, start_run
 from tracing import exporter as exporter_module
 from tracing import recording
 from tracing.exporter import DatabaseExporter
@@ -347,4 +348,43 @@ def test_reviewers_racing_through_the_page_get_no_500(
         assert sum(f"{verb} cancel_order" in page for page in pages) == 1
         assert sum(who in page for page in pages) == len(clients) - 1
         assert ApprovalDecision.objects.filter(request=request).count() == 1
+    assert exporter.stats.failures == 0
+
+
+@pytest.mark.usefixtures("quiet", "orders", "fresh_registry")
+def test_a_pause_saved_while_the_exporter_holds_the_trace_row_does_not_deadlock(
+    monkeypatch: pytest.MonkeyPatch, submitted: list
+) -> None:
+    """The same cycle at a pause: the run being paused locks its row, then waits for the
+    trace's row the exporter holds, whose batch checks its foreign key to the run on commit."""
+    holding, finish = threading.Event(), threading.Event()
+    insert_spans = exporter_module._insert_spans
+
+    def held(*args: Any) -> None:
+        holding.set()
+        assert finish.wait(10)
+        insert_spans(*args)
+
+    monkeypatch.setattr(exporter_module, "_insert_spans", held)
+    exporter = DatabaseExporter()
+    run = start_run("please cancel order 42", "support")
+    export, _ = in_background(exporting(exporter, run))
+    assert holding.wait(10)
+
+    def pause() -> None:
+        try:
+            asyncio.run(runs.execute(run.pk))
+        finally:
+            connection.close()
+
+    pausing = threading.Thread(target=pause)
+    pausing.start()
+    wait_until_blocked(1)
+    finish.set()
+    export.join(30)
+    pausing.join(30)
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING, run.error
+    assert ApprovalRequest.objects.filter(run=run).count() == 1
+    assert Trace.objects.get(trace_id=run.trace_id).status == TraceStatus.WAITING
     assert exporter.stats.failures == 0
