@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import http.cookiejar
+import os
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from approvals.models import AgentRun, RunStatus
 from conversations.models import Conversation
+from engine import events
 from engine.access import PAUSED_CODE
 from tests.factories import make_conversation, make_user
 from tests.live import LiveSite, start_site, stop_site
@@ -177,3 +180,48 @@ def test_while_redis_is_down_pages_work_messages_run_and_sockets_say_paused(chat
     # Each dropped event is not an error of its own: the outage is logged once.
     assert log.count("Could not publish") == 1, log
     assert "Traceback" not in log, log
+
+
+def test_a_redis_that_does_not_answer_holds_no_handshake_request_or_run(chat: Chat) -> None:
+    # Stopped with SIGSTOP: its port still accepts connections, but nothing is answered.
+    assert chat.redis.process is not None
+    pid = chat.redis.process.pid
+
+    async def scenario() -> None:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            socket = await chat.socket()
+            assert await close_code(socket, within=8) == PAUSED_CODE
+            assert time.monotonic() - started < 6
+            started = time.monotonic()
+            await chat.say("where is order 7")
+            assert time.monotonic() - started < 5
+            assert await wait_for_runs(chat.conversation, 1) == [RunStatus.COMPLETED]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    asyncio.run(scenario())
+
+
+async def test_publish_waits_on_a_silent_layer_once_then_drops_events(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[str] = []
+
+    class SilentLayer:
+        async def group_send(self, group: str, message: dict[str, object]) -> None:
+            calls.append(group)
+            await asyncio.sleep(3600)
+
+    monkeypatch.setattr(events, "get_channel_layer", SilentLayer)
+    monkeypatch.setattr(events, "PUBLISH_SECONDS", 0.2, raising=False)
+    monkeypatch.setattr(events, "_outage", events._Outage())
+    started = time.monotonic()
+    async with asyncio.timeout(5):
+        for word in range(50):  # a streamed reply
+            delta = events.TextDelta(run_id=1, conversation_id=1, delta=f"{word} ")
+            await events.publish([delta])
+    assert time.monotonic() - started < 1
+    assert calls == ["conversation.1"]
+    assert len([r for r in caplog.records if "Could not publish" in r.getMessage()]) == 1
