@@ -202,7 +202,7 @@ async def publish(events: Iterable[Event]) -> None:
                 return
             if _outage.failing:
                 _outage.failing, _outage.wait = False, RETRY_SECONDS
-                logger.warning("Publishing events again: the channel layer answers.")
+                logger.info("Publishing events again: the channel layer answers.")
 
 
 def _still_down(layer: Any) -> bool:

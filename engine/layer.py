@@ -4,7 +4,8 @@ channels_redis keeps one connection pool per event loop for the life of the proc
 drops a connection that broke: after Redis was stopped and started again, the first calls of
 the server went out on connections Redis had closed, failed, and a socket's `connect` failed
 with them (daphne answered the handshake with a bare 500). And a layer call had no time
-limit: a Redis that does not answer would hold a request, a run or a handshake forever.
+limit: a Redis that does not answer held a request, a run or a handshake forever (the socket
+got no valid HTTP response at all).
 
 So here:
 
@@ -113,9 +114,11 @@ class ChannelLayer(RedisChannelLayer):
     def _answered(self) -> None:
         if self.down:
             self.down = False
-            logger.warning("The channel layer reaches Redis again: live updates resume.")
+            logger.info("The channel layer reaches Redis again: live updates resume.")
 
     async def _drop_idle_connections(self) -> None:
+        # channels_redis' own per-loop pools (`_layers`, `_connections`): it has no public way
+        # to drop the connections of one pool.
         layer = self._layers.get(asyncio.get_running_loop())
         if layer is None:
             return
