@@ -256,9 +256,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channels ------------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
+    # channels_redis' layer with time limits and fresh connections after an outage, whose
+    # breaks pause the open sockets (see engine/layer.py).
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "engine.layer.ChannelLayer",
             "CONFIG": {"hosts": [REDIS_URL]},
         }
     }

@@ -172,12 +172,12 @@ class InboxConsumer(GuardedConsumer):
             self.view.cleaned_data.get("tool") or "",
         )
         self.back = views.inbox_url(views.filter_query(self.view))
-        await self.channel_layer.group_add(events.INBOX_GROUP, self.channel_name)
+        await self.join(events.INBOX_GROUP)
         await self.guard()
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        await self.channel_layer.group_discard(events.INBOX_GROUP, self.channel_name)
+        await self.leave(events.INBOX_GROUP)
         await self.unguard()
 
     def still_allowed(self, user: User) -> bool:

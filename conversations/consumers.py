@@ -77,13 +77,13 @@ class ConversationConsumer(GuardedConsumer):
             return
         self.conversation_pk, self.session_id = found
         self.group = events.conversation_group(self.conversation_pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.join(self.group)
         await self.guard()
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.leave(self.group)
         await self.unguard()
 
     def still_allowed(self, user: User) -> bool:

@@ -13,11 +13,22 @@ A socket's user is checked when it connects, and again while it is open:
   sockets at once and makes them check before their next push.
 
 A socket closed so uses code 4403, which live.js shows as "Log in again".
+
+While the channel layer is down (Redis stopped), a socket cannot join its groups or hear
+them. It is then accepted and closed at once with `PAUSED_CODE` (4503) instead of failing its
+handshake, and an open socket whose layer breaks is closed so too (`engine.layer` tells of
+every break: a Redis that restarted empty forgot its groups). live.js shows "Live updates
+paused", re-reads the page's fragments from the database every few seconds, and reconnects
+with backoff until a socket joins again.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+import weakref
+from collections.abc import Awaitable, Callable
 from importlib import import_module
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -28,12 +39,17 @@ from django.conf import settings
 from django.contrib import auth
 from django.db import transaction
 
-from engine import events
+from engine import events, layer
 
 if TYPE_CHECKING:
     from engine.permissions import User
 
+logger = logging.getLogger(__name__)
+
 CLOSE_CODE = 4403
+# Closed because live updates cannot reach the socket now (the channel layer is down): the
+# page polls and reconnects with backoff.
+PAUSED_CODE = 4503
 
 # How long a socket trusts its last check of its session and permission, in seconds.
 RECHECK_SECONDS = 1.0
@@ -52,15 +68,96 @@ def current_user(session_key: str | None, user_id: int) -> User | None:
     return user
 
 
+class LayerDown(Exception):
+    """The channel layer failed a call that a socket needs (joining a group)."""
+
+
 class GuardedConsumer(AsyncWebsocketConsumer):
-    """A consumer whose access ends when its grant does. A subclass calls `guard()` in
-    `connect` before accepting, `unguard()` in `disconnect`, and says in `still_allowed` what
-    its user must still be allowed (run in the database's thread, on a freshly read user)."""
+    """A consumer whose access ends when its grant does. A subclass joins its groups with
+    `join()` and calls `guard()` in `connect` before accepting, `leave()` and `unguard()` in
+    `disconnect`, and says in `still_allowed` what its user must still be allowed (run in the
+    database's thread, on a freshly read user)."""
 
     _guarded_user_id: int | None = None
     _session_key: str | None = None
     _checked_at: float | None = None
     _ended = False
+    _accepted = False
+    _layer_lost = False
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    # --- the channel layer, which may be down -------------------------------------------
+
+    async def join(self, group: str) -> None:
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+        except Exception as error:
+            raise LayerDown(group) from error
+
+    async def leave(self, group: str) -> None:
+        try:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        except Exception:
+            logger.debug("Could not leave %s (the channel layer is down)", group, exc_info=True)
+
+    async def websocket_connect(self, message: dict[str, Any]) -> None:
+        try:
+            await super().websocket_connect(message)
+        except LayerDown:
+            logger.info("A socket's live updates are paused: the channel layer is down.")
+            await self.pause()
+            return
+        if self._layer_lost:
+            await self.pause()  # its channel broke while it connected
+
+    async def accept(self, subprotocol: str | None = None, headers: Any = None) -> None:
+        self._accepted = True
+        self._loop = asyncio.get_running_loop()
+        await super().accept(subprotocol, headers)
+        if not self._ended:
+            _open.add(self)
+
+    async def pause(self) -> None:
+        """Tell the page that live updates are paused: accepted (the user was checked before
+        any group was joined) and closed with `PAUSED_CODE`, so the page knows to poll."""
+        if self._ended:
+            return
+        self._ended = True
+        _open.discard(self)
+        if not self._accepted:
+            await self.accept()
+        await self.close(code=PAUSED_CODE, reason="live updates paused")
+
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        _open.discard(self)
+        await super().websocket_disconnect(message)
+
+    # channels sets `channel_receive` (the layer's receive of this socket's channel) when the
+    # consumer starts; what it then reads is `_receive_hint`, which turns a broken layer into
+    # one `layer.lost` message instead of an error that would end the consumer with a 1011.
+    @property
+    def channel_receive(self) -> Callable[[], Awaitable[dict[str, Any]]]:
+        return self._receive_hint
+
+    @channel_receive.setter
+    def channel_receive(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        self._layer_receive = receive
+
+    async def _receive_hint(self) -> dict[str, Any]:
+        if not self._layer_lost:
+            try:
+                return await self._layer_receive()
+            except Exception:
+                logger.debug("A socket's channel broke", exc_info=True)
+                self._layer_lost = True
+                return {"type": "layer.lost"}
+        await asyncio.Event().wait()  # nothing more comes: the socket is closing
+        raise AssertionError("unreachable")
+
+    async def layer_lost(self, message: dict[str, Any]) -> None:
+        if self._accepted:
+            await self.pause()
+        # else `websocket_connect` pauses once the user has been checked
 
     def still_allowed(self, user: User) -> bool:
         raise NotImplementedError
@@ -71,12 +168,11 @@ class GuardedConsumer(AsyncWebsocketConsumer):
         self._guarded_user_id = user.pk
         self._session_key = session.session_key if session is not None else None
         self._checked_at = time.monotonic()  # checked by `connect` a moment ago
-        await self.channel_layer.group_add(events.user_group(user.pk), self.channel_name)
+        await self.join(events.user_group(user.pk))
 
     async def unguard(self) -> None:
         if self._guarded_user_id is not None:
-            group = events.user_group(self._guarded_user_id)
-            await self.channel_layer.group_discard(group, self.channel_name)
+            await self.leave(events.user_group(self._guarded_user_id))
 
     def _recheck(self) -> bool:
         assert self._guarded_user_id is not None
@@ -89,7 +185,7 @@ class GuardedConsumer(AsyncWebsocketConsumer):
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         kind = message["type"]
-        if kind.startswith("websocket.") or self._guarded_user_id is None:
+        if kind.startswith("websocket.") or kind == "layer.lost" or self._guarded_user_id is None:
             await super().dispatch(message)
             return
         if self._ended:
@@ -115,6 +211,33 @@ class GuardedConsumer(AsyncWebsocketConsumer):
 
 
 _NOTICES = frozenset({"user.logged_out", "user.changed"})
+
+# The accepted sockets of this process, paused together when the channel layer breaks.
+_open: weakref.WeakSet[GuardedConsumer] = weakref.WeakSet()
+
+
+def pause_open_sockets() -> None:
+    """The channel layer broke (`engine.layer.on_break`): Redis may have restarted empty and
+    forgotten every group, so each open socket closes with `PAUSED_CODE`; its page re-reads
+    the database and reconnects, joining its groups again."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    for consumer in list(_open):
+        _open.discard(consumer)
+        loop = consumer._loop
+        if loop is None or loop.is_closed():
+            continue
+        if loop is running:
+            task = asyncio.ensure_future(consumer.pause())
+            _pausing.add(task)
+            task.add_done_callback(_pausing.discard)
+        else:
+            asyncio.run_coroutine_threadsafe(consumer.pause(), loop)
+
+
+_pausing: set[asyncio.Task[None]] = set()
 
 
 # --- the signals that tell a user's sockets (connected in `engine.apps`) -------------------
@@ -188,6 +311,7 @@ def connect_signals() -> None:
     from django.db.models.signals import m2m_changed, post_save, pre_delete
 
     user_model = auth.get_user_model()
+    layer.on_break(pause_open_sockets)
     user_logged_out.connect(on_logout, dispatch_uid="engine.access.on_logout")
     post_save.connect(on_user_saved, sender=user_model, dispatch_uid="engine.access.saved")
     pre_delete.connect(on_group_deleted, sender=Group, dispatch_uid="engine.access.group_deleted")

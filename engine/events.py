@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -164,18 +165,66 @@ def traces_stored(stored: Iterable[Any]) -> None:
     )
 
 
+# While the channel layer fails (Redis down), events are dropped without trying for a while,
+# so that a streaming run does not wait on a dead layer for each word, and the failure is
+# logged once, not once per event. The wait doubles while it keeps failing, up to the most.
+PUBLISH_SECONDS = 2.0
+RETRY_SECONDS = 1.0
+RETRY_MOST_SECONDS = 10.0
+
+
+class _Outage:
+    failing = False
+    retry_after = 0.0  # time.monotonic() before which nothing is tried
+    wait = RETRY_SECONDS
+
+
+_outage = _Outage()
+
+
 async def publish(events: Iterable[Event]) -> None:
-    """Send each event to its groups. Never raises: a lost hint costs nothing."""
+    """Send each event to its groups. Never raises, and never waits more than
+    `PUBLISH_SECONDS` on a layer that does not answer: a lost hint costs nothing (pages
+    re-read the database), so while the layer fails, events are dropped."""
     layer = get_channel_layer()
     if layer is None:
         return
     for event in events:
         message = {"type": event.type, "event": event.model_dump(mode="json")}
         for group in event.groups():
+            if _outage.failing and time.monotonic() < _outage.retry_after and _still_down(layer):
+                return  # dropped: the layer failed a moment ago
             try:
-                await layer.group_send(group, message)
-            except Exception:
-                logger.exception("Could not publish %s to %s", event.type, group)
+                async with asyncio.timeout(PUBLISH_SECONDS):
+                    await layer.group_send(group, message)
+            except Exception as error:
+                _publish_failed(event, group, error)
+                return
+            if _outage.failing:
+                _outage.failing, _outage.wait = False, RETRY_SECONDS
+                logger.info("Publishing events again: the channel layer answers.")
+
+
+def _still_down(layer: Any) -> bool:
+    """Whether the layer may still be down: `engine.layer.ChannelLayer` knows when another
+    call (a socket joining its groups) reached Redis since, and then events go out at once."""
+    return bool(getattr(layer, "down", True))
+
+
+def _publish_failed(event: Event, group: str, error: Exception) -> None:
+    if not _outage.failing:
+        _outage.failing = True
+        logger.warning(
+            "Could not publish %s to %s (%s: %s); events are dropped until the channel layer "
+            "answers (pages re-read the database meanwhile).",
+            event.type,
+            group,
+            error.__class__.__name__,
+            error,
+        )
+    else:
+        _outage.wait = min(_outage.wait * 2, RETRY_MOST_SECONDS)
+    _outage.retry_after = time.monotonic() + _outage.wait
 
 
 def publish_sync(events: Iterable[Event]) -> None:

@@ -48,15 +48,15 @@ class TraceConsumer(GuardedConsumer):
         joined = [group]
         if conversation_id is not None:
             joined.append(events.conversation_group(conversation_id))
-        for name in joined:
-            await self.channel_layer.group_add(name, self.channel_name)
         self.groups_joined = joined
+        for name in joined:
+            await self.join(name)
         await self.guard()
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         for name in self.groups_joined:
-            await self.channel_layer.group_discard(name, self.channel_name)
+            await self.leave(name)
         await self.unguard()
 
     def still_allowed(self, user: User) -> bool:
