@@ -45,7 +45,7 @@ class RedisServer:
         """A `CHANNEL_LAYERS` setting on this server, as settings.py builds it from REDIS_URL."""
         return {
             "default": {
-                "BACKEND": "channels_redis.core.RedisChannelLayer",
+                "BACKEND": "engine.layer.ChannelLayer",
                 "CONFIG": {"hosts": [self.url]},
             }
         }
