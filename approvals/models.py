@@ -42,13 +42,19 @@ class RunStatus(models.TextChoices):
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    GUARDRAIL = "guardrail", "Stopped by a guardrail"
 
 
 # Working on it: queued for, or held by, an executor.
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING)
 # A conversation takes one message at a time: none while a run of it works or waits.
 BUSY_STATUSES = (*ACTIVE_STATUSES, RunStatus.WAITING)
-FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+FINISHED_STATUSES = (
+    RunStatus.COMPLETED,
+    RunStatus.FAILED,
+    RunStatus.CANCELLED,
+    RunStatus.GUARDRAIL,
+)
 
 
 class ProcessKind(models.TextChoices):
@@ -136,6 +142,11 @@ class AgentRun(models.Model):
     agent_fingerprint = models.CharField(max_length=64, blank=True)
     trace_id = models.CharField(max_length=64, blank=True, db_index=True)
     final_output = models.TextField(blank=True)
+    streamed_text = models.TextField(
+        blank=True,
+        editable=False,
+        help_text="What the agent has written so far while it streams, so a reload shows it.",
+    )
     usage = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
@@ -206,6 +217,7 @@ class ApprovalStatus(models.TextChoices):
     REJECTED = "rejected", "Rejected"
     EXPIRED = "expired", "Expired"
     CANCELLED = "cancelled", "Cancelled"
+    WITHDRAWN = "withdrawn", "Withdrawn"
 
 
 # Decided, by a reviewer or by the expiry: each has its decision, which the run resumes with.

@@ -99,6 +99,7 @@ def test_a_runs_trace_follows_its_run_and_any_error_wins() -> None:
         RunStatus.COMPLETED: TraceStatus.OK,
         RunStatus.FAILED: TraceStatus.ERROR,
         RunStatus.CANCELLED: TraceStatus.ERROR,
+        RunStatus.GUARDRAIL: TraceStatus.OK,
     }
     assert trace_status(RunStatus.COMPLETED, has_error=True) == TraceStatus.ERROR
     assert trace_status(None, has_error=True, has_root=True) == TraceStatus.ERROR

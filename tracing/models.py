@@ -30,6 +30,7 @@ RUN_TRACE_STATUS: dict[str, TraceStatus] = {
     RunStatus.COMPLETED: TraceStatus.OK,
     RunStatus.FAILED: TraceStatus.ERROR,
     RunStatus.CANCELLED: TraceStatus.ERROR,
+    RunStatus.GUARDRAIL: TraceStatus.OK,
 }
 
 
