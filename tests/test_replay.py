@@ -193,6 +193,19 @@ def test_pauses_consumed_before_the_migration_get_their_rows() -> None:
     before, after = [("approvals", "0003_history_indexes")], [("approvals", "0004_consumedstate")]
     executor = MigrationExecutor(connection)
     executor.migrate(before)
+    try:
+        _check_the_consumed_states_migration(connection, executor, before, after)
+    finally:
+        # Back to the latest schema, for the tests after this one.
+        latest = MigrationExecutor(connection)
+        latest.migrate(latest.loader.graph.leaf_nodes())
+
+
+def _check_the_consumed_states_migration(
+    connection: Any, executor: Any, before: list[tuple[str, str]], after: list[tuple[str, str]]
+) -> None:
+    from django.db.migrations.executor import MigrationExecutor
+
     old = executor.loader.project_state(before).apps
     conversation = make_conversation()
     Run = old.get_model("approvals", "AgentRun")
