@@ -23,6 +23,7 @@ from django.db import models, transaction
 from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_protect
@@ -244,12 +245,19 @@ def chat(request: HttpRequest, session_id: str) -> HttpResponse:
 def chat_history(request: HttpRequest, session_id: str) -> HttpResponse:
     """The message list alone: the page re-fetches it whenever its socket (re)connects."""
     conversation = _get_conversation_for_user(request, session_id)
+    history = _history(conversation)
     context = {
         "conversation": conversation,
-        "history": _history(conversation),
+        "history": history,
         "show_calls": shows_calls(request.user),
+        "title": history.title,
+        "answering": answering(conversation),
     }
-    return render(request, "conversations/chat.html#messages", context)
+    # With the header's title and who answers, swapped out of band: a push missed while the
+    # socket was down is made good by this re-read too.
+    messages_html = render_to_string("conversations/chat.html#messages", context, request)
+    header = render_to_string("conversations/chat.html#run-header", context, request)
+    return HttpResponse(messages_html + header)
 
 
 class _Busy(Exception):

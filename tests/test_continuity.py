@@ -115,6 +115,9 @@ def test_the_chat_header_shows_who_is_answering(
     run = turn(conversation, "I have a billing question")
 
     assert chip.format("Billing") in client.get(f"/chats/{conversation.session_id}/").text
+    # So does the messages' re-read (a reconnect's, or the waiting block's), out of band.
+    history = client.get(f"/chats/{conversation.session_id}/history/").text
+    assert 'hx-swap-oob="true">Billing</span>' in history
     # The push at the end of the turn carries it too, so the open page changes without a reload.
     items = asyncio.run(DjangoSession(conversation.session_id).get_items())
     pushed = _render_run(conversation.pk, run.pk, items, False)
