@@ -64,7 +64,7 @@
  *   stored its text, or a hint was lost) wait while the page re-reads the stored text,
  *   until it has caught up.
  * - A composer refused because the conversation was busy (`data-busy`: "waiting" for a
- *   reviewer, or "working") loses that error once the latest run no longer is.
+ *   reviewer, or "working") loses that error once the run the page showed so no longer is.
  * - The tab's title follows the page's heading when a push renames it. */
 (function () {
   "use strict";
@@ -154,7 +154,12 @@
       var waiting = turn.dataset.status === "waiting";
       return error.dataset.busy === "waiting" ? waiting : !waiting;
     });
-    if (still) return;
+    // Only once the page has shown the run it was refused for (its block may arrive later).
+    if (still) {
+      error.dataset.seen = "";
+      return;
+    }
+    if (!("seen" in error.dataset)) return;
     var form = error.closest("form");
     var box = form && form.querySelector("textarea");
     if (form) form.classList.remove("has-error");
