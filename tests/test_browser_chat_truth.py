@@ -118,7 +118,7 @@ def test_the_first_message_retitles_the_chat_and_a_handoff_shows_who_answers(
 
 
 def test_the_waiting_error_clears_when_the_run_resumes(
-    live_site: Any, page: Any, alice: Any
+    live_site: Any, page: Any, alice: Any, screenshots: Path
 ) -> None:
     open_new_chat(page, live_site)
     say(page, "cancel order 42")
@@ -126,6 +126,7 @@ def test_the_waiting_error_clears_when_the_run_resumes(
     say(page, "and refund it")
     error = page.locator("#composer-error")
     expect(error).to_contain_text("waiting for a reviewer's approval")
+    page.screenshot(path=screenshots / "chat-waiting-plain.png", caret="initial")
 
     request = ApprovalRequest.objects.get(tool_name="cancel_order")
     # Decided in this process: the waiting page finds out by re-reading the database.
