@@ -150,7 +150,12 @@ def _render_panel(request_id: int) -> str:
     if approval is None:
         return _badge()
     context = {**views.panel_context(approval), "oob": True}
-    return render_to_string("approvals/request_detail.html#decision-panel", context) + _badge()
+    panel = render_to_string("approvals/request_detail.html#decision-panel", context)
+    # The transcript's line of the call stops saying "waiting for you".
+    state = render_to_string(
+        "approvals/request_detail.html#call-state", {**context, "state_oob": True}
+    )
+    return panel + state + _badge()
 
 
 class InboxConsumer(GuardedConsumer):

@@ -21,9 +21,12 @@ from approvals.models import RunStatus
 from conversations.models import Conversation
 from conversations.rendering import (
     HISTORY_ITEMS_SHOWN,
+    answering,
+    display_title,
     previous_run_pk,
     run_for_event,
     run_view,
+    shows_calls,
 )
 from conversations.session import open_session
 from engine import events
@@ -43,7 +46,7 @@ def _owned_conversation(user: User, session_id: str) -> tuple[int, str] | None:
     return (found[0], found[1]) if found else None
 
 
-def _render_run(conversation_pk: int, run_id: int, items: list[Any]) -> str:
+def _render_run(conversation_pk: int, run_id: int, items: list[Any], show_calls: bool) -> str:
     conversation = Conversation.objects.filter(pk=conversation_pk).first()
     if conversation is None:
         return ""
@@ -53,12 +56,19 @@ def _render_run(conversation_pk: int, run_id: int, items: list[Any]) -> str:
     _, view = run_view(conversation, items, loaded)
     if view is None:
         return ""  # undone or cleared meanwhile: nothing of it is shown
+    # The header too: the first message titles the conversation, a handoff changes who answers.
+    header = render_to_string(
+        "conversations/chat.html#run-header",
+        {
+            "title": display_title(conversation, items, view.run),
+            "answering": answering(conversation),
+        },
+    )
+    context = {"view": view, "show_calls": show_calls}
     if view.run.status == RunStatus.QUEUED:
-        return render_to_string(
-            "conversations/chat.html#run-inserted",
-            {"view": view, "after": previous_run_pk(view.run)},
-        )
-    return render_to_string("conversations/chat.html#run", {"view": view})
+        context["after"] = previous_run_pk(view.run)
+        return render_to_string("conversations/chat.html#run-inserted", context) + header
+    return render_to_string("conversations/chat.html#run", context) + header
 
 
 class ConversationConsumer(GuardedConsumer):
@@ -76,6 +86,7 @@ class ConversationConsumer(GuardedConsumer):
             await self.close()
             return
         self.conversation_pk, self.session_id = found
+        self.show_calls = await database_sync_to_async(shows_calls)(user)
         self.group = events.conversation_group(self.conversation_pk)
         await self.join(self.group)
         await self.guard()
@@ -96,9 +107,18 @@ class ConversationConsumer(GuardedConsumer):
 
     async def run_text_delta(self, message: dict[str, Any]) -> None:
         event = events.TextDelta.model_validate(message["event"])
+        # Where the words go in what was streamed: chat.js appends only what the page lacks
+        # (it may have rendered the stored prefix), and without it htmx appends them all.
         await self.send(
             text_data=format_html(
-                '<span hx-swap-oob="beforeend:#run-{}-text">{}</span>', event.run_id, event.delta
+                '<span hx-swap-oob="beforeend:#run-{}-text" data-delta data-run="{}" '
+                'data-segment="{}" data-at="{}" data-end="{}">{}</span>',
+                event.run_id,
+                event.run_id,
+                event.segment,
+                event.at,
+                event.at + len(event.delta),
+                event.delta,
             )
         )
 
@@ -113,6 +133,8 @@ class ConversationConsumer(GuardedConsumer):
 
     async def _send_run(self, run_id: int) -> None:
         items = await open_session(self.session_id).get_items(HISTORY_ITEMS_SHOWN)
-        html = await database_sync_to_async(_render_run)(self.conversation_pk, run_id, items)
+        html = await database_sync_to_async(_render_run)(
+            self.conversation_pk, run_id, items, self.show_calls
+        )
         if html:
             await self.send(text_data=html)

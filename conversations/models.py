@@ -41,6 +41,14 @@ class Conversation(models.Model):
         related_name="conversations",
     )
     agent_name = models.CharField(max_length=100, blank=True)
+    current_agent = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text=(
+            "The registry name of the agent that answered last (a handoff target is "
+            "'<agent_name>/<its name>'); the next turn starts with it. Empty: agent_name."
+        ),
+    )
     title = models.CharField(max_length=200, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

@@ -10,6 +10,7 @@ inbox's request page builds its "conversation so far" here too.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ from approvals.models import (
 from common import formatting
 from conversations import items as session_items
 from conversations.models import Conversation
+from engine import registry
+from engine.permissions import can_view_traces, is_reviewer
 
 # --- Markdown ---------------------------------------------------------------------------------
 
@@ -190,8 +193,16 @@ def review_lines(items: Iterable[Any], call_id: str) -> list[dict[str, Any]]:
 
 
 @dataclass
+class Call:
+    """A tool call as its end user reads it (`plain`) and as operators do (`raw`)."""
+
+    plain: str
+    raw: str
+
+
+@dataclass
 class Decided:
-    call: str
+    call: Call
     status: str
     by: str
 
@@ -203,7 +214,7 @@ class RunView:
     run: AgentRun
     user_text: str
     entries: list[Entry]
-    waiting_for: list[str] = field(default_factory=list)
+    waiting_for: list[Call] = field(default_factory=list)
     decided: list[Decided] = field(default_factory=list)
 
     @property
@@ -213,6 +224,12 @@ class RunView:
     @property
     def is_streaming(self) -> bool:
         return self.run.is_active
+
+    @property
+    def streamed_length(self) -> int:
+        """How much of the text streamed so far the page shows (in code points, as the
+        deltas count it: `events.TextDelta.at`)."""
+        return len(self.run.streamed_text) if self.is_streaming else 0
 
     @property
     def reply_html(self) -> SafeString | None:
@@ -232,6 +249,7 @@ class History:
     latest_run_pk: int
     unreadable: int = 0
     truncated: bool = False
+    title: str = ""
 
     @property
     def is_empty(self) -> bool:
@@ -276,6 +294,8 @@ def _load(run: AgentRun | None) -> LoadedRun | None:
             .select_related("decided_by")
             .order_by("pk")
         )
+        for request in requests:
+            request.run = run  # what their calls are read with; spares a query each
     return LoadedRun(run, requests)
 
 
@@ -318,11 +338,11 @@ def run_view(
     if run.status in (RunStatus.WAITING, RunStatus.RESUMING):
         for request in loaded.requests:
             if request.is_pending:
-                view.waiting_for.append(request.call_display())
+                view.waiting_for.append(call_for(request))
             elif request.is_decided:
                 view.decided.append(
                     Decided(
-                        call=request.call_display(),
+                        call=call_for(request),
                         status=request.status,
                         by=request.decided_by.get_username() if request.decided_by else "",
                     )
@@ -343,4 +363,84 @@ def build_history(
         run=view,
         latest_run_pk=loaded.run.pk if loaded is not None else 0,
         unreadable=unreadable,
+        title=display_title(conversation, items, view.run if view is not None else None),
     )
+
+
+# --- The header -----------------------------------------------------------------------------
+
+TITLE_CHARS = 80
+
+
+def display_title(
+    conversation: Conversation, items: Sequence[Any] = (), shown_run: AgentRun | None = None
+) -> str:
+    """The conversation's title, else its first message (that of the run whose block is
+    shown, when the session does not hold one yet), else "New conversation"."""
+    if conversation.title:
+        return conversation.title
+    first = next(
+        (session_items.message_text(item) for item in items if session_items.is_user_message(item)),
+        "",
+    )
+    if not first.strip() and shown_run is not None:
+        first = shown_run.input
+    if first.strip():
+        return formatting.preview(first, TITLE_CHARS)
+    return "New conversation"
+
+
+def answering(conversation: Conversation) -> str:
+    """Who answers the conversation's next message: the agent that answered last (a handoff
+    target once there was a handoff), by its own name."""
+    name = conversation.current_agent or conversation.agent_name
+    return registry.display_name(name) if name else ""
+
+
+# --- A call, in plain words -----------------------------------------------------------------
+
+
+def shows_calls(user: Any) -> bool:
+    """Operators and reviewers see each call as the call itself beside its plain words; end
+    users read the plain words only."""
+    return is_reviewer(user) or can_view_traces(user)
+
+
+PLAIN_ARGUMENTS = 4
+PLAIN_VALUE_CHARS = 40
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
+
+
+def call_for(request: ApprovalRequest) -> Call:
+    """The call of `request`: in plain words from its tool's description, and as the call."""
+    raw = request.call_display()
+    if not request.arguments_intact:
+        return Call(plain=raw, raw=raw)
+    description = registry.tool_description(
+        request.run.agent_name, request.agent_name, request.tool_name
+    )
+    return Call(plain=plain_call(description, request.tool_name, request.arguments), raw=raw)
+
+
+def plain_call(description: str, tool_name: str, arguments: Any) -> str:
+    """A call as a person reads it: the first sentence of the tool's description (else its
+    name in words) and the values of its arguments, named without "_id": "cancel an order
+    that has not been delivered yet (order 42)"."""
+    sentence = _SENTENCE_END.split(description.strip(), maxsplit=1)[0].strip().rstrip(".")
+    if not sentence:
+        sentence = tool_name.replace("_", " ").strip() or "run a tool"
+    if sentence[1:2].islower() or len(sentence) == 1:
+        sentence = sentence[0].lower() + sentence[1:]
+    values = []
+    if isinstance(arguments, dict):
+        for key, value in arguments.items():
+            if value is None or value == "":
+                continue
+            label = str(key).removesuffix("_id").replace("_", " ").strip()
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            values.append(f"{label} {formatting.preview(shown, PLAIN_VALUE_CHARS)}".strip())
+    elif arguments not in (None, "", {}):
+        values.append(formatting.preview(json.dumps(arguments, ensure_ascii=False), 60))
+    if len(values) > PLAIN_ARGUMENTS:
+        values = [*values[:PLAIN_ARGUMENTS], "…"]
+    return f"{sentence} ({', '.join(values)})" if values else sentence

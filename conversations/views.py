@@ -23,6 +23,7 @@ from django.db import models, transaction
 from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_protect
@@ -32,9 +33,17 @@ from approvals.models import AgentRun, RunStatus
 from common import formatting
 from common.http import HtmxHttpRequest
 from conversations.forms import MessageForm, NewConversationForm, RenameForm
-from conversations.items import is_user_message
+from conversations.items import is_user_message, message_text
 from conversations.models import Conversation, SessionItem
-from conversations.rendering import HISTORY_ITEMS_SHOWN, History, build_history, latest_run
+from conversations.rendering import (
+    HISTORY_ITEMS_SHOWN,
+    History,
+    answering,
+    build_history,
+    display_title,
+    latest_run,
+    shows_calls,
+)
 from conversations.session import UnreadableSessionItem, open_session
 from engine import registry, runs
 from engine.permissions import is_reviewer
@@ -83,15 +92,7 @@ def _history(conversation: Conversation) -> History:
 
 
 def _display_title(conversation: Conversation, history: History | None = None) -> str:
-    if conversation.title:
-        return conversation.title
-    if history is not None:
-        first = next((entry.text for entry in history.entries if entry.kind == "user"), "")
-        if not first and history.run is not None:
-            first = history.run.user_text
-        if first.strip():
-            return formatting.preview(first, PREVIEW_CHARS)
-    return "New conversation"
+    return history.title if history is not None else display_title(conversation)
 
 
 def _busy_message(conversation: Conversation) -> str | None:
@@ -101,6 +102,20 @@ def _busy_message(conversation: Conversation) -> str | None:
     if status is None:
         return None
     return BUSY_WAITING if status == RunStatus.WAITING else BUSY_WORKING
+
+
+def _rewind_agent(conversation: Conversation, undone: str) -> None:
+    """After an undo, the agent that answered before the undone message answers the next one:
+    the agent its turn (the newest run on that text) started with."""
+    started = (
+        AgentRun.objects.filter(conversation=conversation, input=undone.strip())
+        .order_by("-created", "-pk")
+        .values_list("agent_name", flat=True)
+        .first()
+    )
+    if started is not None:
+        current = "" if started == conversation.agent_name else started
+        Conversation.objects.filter(pk=conversation.pk).update(current_agent=current)
 
 
 def _touch(conversation: Conversation) -> None:
@@ -115,15 +130,19 @@ def _chat_page(
     form: MessageForm | None = None,
     rename_form: RenameForm | None = None,
     status: int = 200,
+    busy: str = "",
 ) -> HttpResponse:
     history = _history(conversation)
     context = {
         "conversation": conversation,
         "history": history,
         "title": _display_title(conversation, history),
+        "answering": answering(conversation),
+        "show_calls": shows_calls(request.user),
         "form": form or MessageForm(),
         "rename_form": rename_form or RenameForm(initial={"title": conversation.title}),
         "ws_path": f"/ws/chats/{conversation.session_id}/",
+        "busy": busy,
     }
     return render(request, "conversations/chat.html", context, status=status)
 
@@ -226,11 +245,19 @@ def chat(request: HttpRequest, session_id: str) -> HttpResponse:
 def chat_history(request: HttpRequest, session_id: str) -> HttpResponse:
     """The message list alone: the page re-fetches it whenever its socket (re)connects."""
     conversation = _get_conversation_for_user(request, session_id)
-    return render(
-        request,
-        "conversations/chat.html#messages",
-        {"conversation": conversation, "history": _history(conversation)},
-    )
+    history = _history(conversation)
+    context = {
+        "conversation": conversation,
+        "history": history,
+        "show_calls": shows_calls(request.user),
+        "title": history.title,
+        "answering": answering(conversation),
+    }
+    # With the header's title and who answers, swapped out of band: a push missed while the
+    # socket was down is made good by this re-read too.
+    messages_html = render_to_string("conversations/chat.html#messages", context, request)
+    header = render_to_string("conversations/chat.html#run-header", context, request)
+    return HttpResponse(messages_html + header)
 
 
 class _Busy(Exception):
@@ -281,6 +308,7 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     conversation = _get_conversation_for_user(request, session_id)
     form = MessageForm(request.POST)
     status = 400
+    busy_with = ""
     if form.is_valid():
         try:
             with transaction.atomic():
@@ -297,6 +325,8 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
                 runs.start_run(conversation, form.cleaned_data["text"], request.user)
         except _Busy as refusal:
             form.add_error("text", str(refusal))
+            # The page takes this error away once the run is no longer so (chat.js).
+            busy_with = "waiting" if str(refusal) == BUSY_WAITING else "working"
         except runs.RateLimited as limit:
             form.add_error("text", str(limit))
             status = 429
@@ -309,7 +339,7 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
                 "available. Start a new conversation.",
             )
     if form.errors:
-        return _refused(request, conversation, form, status=status)
+        return _refused(request, conversation, form, status=status, busy=busy_with)
     if request.htmx:
         # The run's block arrives over the socket (or with the next re-sync).
         return render(
@@ -321,26 +351,31 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 
 
 def _refused(
-    request: HtmxHttpRequest, conversation: Conversation, form: MessageForm, *, status: int
+    request: HtmxHttpRequest,
+    conversation: Conversation,
+    form: MessageForm,
+    *,
+    status: int,
+    busy: str = "",
 ) -> HttpResponse:
     """A refused message with its error and its text: the composer for htmx (which swaps a
     2xx or a 429, and no other error), else the chat page with `status`."""
     if request.htmx:
-        context = {"conversation": conversation, "form": form}
+        context = {"conversation": conversation, "form": form, "busy": busy}
         code = 429 if status == 429 else 200
         return render(request, "conversations/chat.html#composer", context, status=code)
-    return _chat_page(request, conversation, form=form, status=status)
+    return _chat_page(request, conversation, form=form, status=status, busy=busy)
 
 
-async def _undo_last_exchange(session: Any) -> int:
-    """Pop items until the last user message is gone; the number of items removed.
+async def _undo_last_exchange(session: Any) -> list[Any]:
+    """Pop items until the last user message is gone; the items removed, newest first.
 
     An item that cannot be decrypted is never removed: the items popped before it are put
     back (they were all newer than it, so the order is unchanged) and the error is raised.
     """
     items = await session.get_items()
     if not any(is_user_message(item) for item in items):
-        return 0
+        return []
     popped: list[Any] = []
     try:
         while True:
@@ -354,7 +389,7 @@ async def _undo_last_exchange(session: Any) -> int:
         if popped:
             await session.add_items(list(reversed(popped)))
         raise
-    return len(popped)
+    return popped
 
 
 UNREADABLE = (
@@ -378,6 +413,7 @@ def chat_undo(request: HttpRequest, session_id: str) -> HttpResponse:
         return redirect("chat", session_id=session_id)
     if removed:
         _touch(conversation)
+        _rewind_agent(conversation, message_text(removed[-1]))
         messages.success(request, "Your last message and its reply were removed.")
     else:
         messages.info(request, "There is nothing to undo.")
@@ -401,6 +437,8 @@ def chat_clear(request: HttpRequest, session_id: str) -> HttpResponse:
         return redirect("chat", session_id=session_id)
     async_to_sync(open_session(conversation.session_id).clear_session)()
     _touch(conversation)
+    # Nobody has answered any more: the conversation's own agent answers next.
+    Conversation.objects.filter(pk=conversation.pk).update(current_agent="")
     messages.success(request, "The conversation was cleared.")
     return redirect("chat", session_id=session_id)
 

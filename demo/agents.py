@@ -64,3 +64,7 @@ support_desk: Agent[Any] = Agent(
     ],
     handoffs=[billing],
 )
+
+# Billing hands back what it cannot do ("I have a support desk question"): a conversation goes
+# on with the agent that answered last, so without this it would stay with Billing.
+billing.handoffs.append(support_desk)

@@ -117,6 +117,11 @@ class TextDelta(Event):
     run_id: int
     conversation_id: int
     delta: str
+    # Where the delta starts in the text streamed since the run started or resumed (in code
+    # points), and which stretch that is (the run's pause count): a page that shows the
+    # stored prefix (`AgentRun.streamed_text`) appends only what it lacks.
+    at: int = 0
+    segment: int = 0
 
     def groups(self) -> list[str]:
         return [conversation_group(self.conversation_id)]

@@ -57,7 +57,8 @@ def default_agent_name() -> str:
 
 
 def get_agent(name: str) -> Agent[Any]:
-    """The agent registered as `name`.
+    """The agent registered as `name`, or, for "<registered>/<agent name>", the agent of that
+    name reachable from the registered one (a handoff target: see `public_name`).
 
     Raises:
         UnknownAgent: no agent has that name.
@@ -65,6 +66,11 @@ def get_agent(name: str) -> Agent[Any]:
     """
     registry = _registry()
     if name not in registry:
+        start, separator, inner = name.partition(HANDOFF_SEPARATOR)
+        if separator and start in registry:
+            for reachable in walk(get_agent(start)):
+                if reachable.name == inner:
+                    return reachable
         raise UnknownAgent(name, list(registry))
     path = registry[name]
     agent = _cache.get(path)
@@ -72,6 +78,50 @@ def get_agent(name: str) -> Agent[Any]:
         agent = _import_agent(name, path)
         _cache[path] = agent
     return agent
+
+
+# Between a registered name and the name of an agent reachable from it: "support/Billing".
+HANDOFF_SEPARATOR = "/"
+PUBLIC_NAME_MAX = 100  # what `Conversation.current_agent` and `AgentRun.agent_name` hold
+
+
+def public_name(start_name: str, agent: Agent[Any]) -> str | None:
+    """The name `get_agent` knows `agent` by, in a conversation started with the agent
+    registered as `start_name`: `start_name` for that agent itself, "<start_name>/<its name>"
+    for an agent reachable from it (a handoff target, `result.last_agent`). None when `agent`
+    is not reachable from it (or the name would not fit): the conversation keeps its agent."""
+    start = get_agent(start_name)
+    if agent is start:
+        return start_name
+    if not any(reachable is agent for reachable in walk(start)):
+        return None
+    name = f"{start_name}{HANDOFF_SEPARATOR}{agent.name}"
+    return name if len(name) <= PUBLIC_NAME_MAX else None
+
+
+def display_name(name: str) -> str:
+    """How a person reads the agent `name` stands for: its own name ("Billing"), or `name`
+    itself when it no longer resolves."""
+    try:
+        return get_agent(name).name
+    except Exception:
+        return name
+
+
+def tool_description(name: str, agent_name: str, tool_name: str) -> str:
+    """The description of the tool `tool_name` of the agent called `agent_name`, reachable
+    from the agent `name` stands for; "" when there is no such tool (any more)."""
+    try:
+        start = get_agent(name)
+    except Exception:
+        return ""
+    for agent in walk(start):
+        if agent.name != agent_name:
+            continue
+        for tool in agent.tools:
+            if getattr(tool, "name", None) == tool_name:
+                return str(getattr(tool, "description", "") or "")
+    return ""
 
 
 def reset() -> None:

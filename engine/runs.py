@@ -137,7 +137,7 @@ def start_run(
         raise ValueError(
             f"The message is too long ({len(text)} characters; at most {MAX_INPUT_CHARS})."
         )
-    agent_name = conversation.agent_name or registry.default_agent_name()
+    agent_name = _turn_agent_name(conversation)
     registry.get_agent(agent_name)  # fail here, not in the background, for an unknown agent
     if user is not None and user.is_authenticated:
         _check_message_rate(user)
@@ -164,6 +164,36 @@ def start_run(
 
 
 astart_run = sync_to_async(start_run)
+
+
+def _turn_agent_name(conversation: Conversation) -> str:
+    """The agent a new turn starts with: the one that answered last (after a handoff, its
+    target), as the SDK's customer-service example does with `result.last_agent`; the
+    conversation's own agent when none did, or when that one is no longer reachable."""
+    started = conversation.agent_name or registry.default_agent_name()
+    current = conversation.current_agent
+    if current and current != started:
+        try:
+            registry.get_agent(current)
+        except registry.UnknownAgent:
+            logger.info(
+                "Conversation %s: %r is gone, %r answers", conversation.pk, current, started
+            )
+        else:
+            return current
+    return started
+
+
+def _follow_agent(run: AgentRun, result: RunResultStreaming) -> None:
+    """Store on the conversation the agent that answered this turn (in a final write's
+    transaction): the next turn starts with it."""
+    started = run.conversation.agent_name or registry.default_agent_name()
+    try:
+        name = registry.public_name(started, result.last_agent)
+    except Exception:
+        name = None
+    if name is not None:
+        Conversation.objects.filter(pk=run.conversation_id).update(current_agent=name)
 
 
 def _check_message_rate(user: User) -> None:
@@ -283,6 +313,7 @@ async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any
             agent, run_input, session=session, run_config=_run_config(run, agent)
         )
         last_beat = time.monotonic()
+        streamed = _Streamed(saved_at=last_beat)
         async for stream_event in result.stream_events():
             if time.monotonic() - last_beat > HEARTBEAT_SECONDS:
                 # A run that streams is alive: `recover_runs` only fails runs gone quiet.
@@ -291,15 +322,21 @@ async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any
             if stream_event.type == "raw_response_event" and isinstance(
                 stream_event.data, ResponseTextDeltaEvent
             ):
+                delta = stream_event.data.delta
                 await events.publish(
                     [
                         events.TextDelta(
                             run_id=run.pk,
                             conversation_id=conversation.pk,
-                            delta=stream_event.data.delta,
+                            delta=delta,
+                            at=streamed.length,
+                            segment=run.pause_count,
                         )
                     ]
                 )
+                streamed.add(delta)
+            if streamed.due():
+                await db_hop(_save_streamed)(run.pk, streamed.text())
     except Exception as exc:
         logger.warning("Run %s failed: %r", run.pk, exc)
         await _fail(run, f"The agent failed: {type(exc).__name__}: {exc}", result)
@@ -309,6 +346,47 @@ async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any
     else:
         outcome = await _final_write(run.pk, _Outcome(), _save_completion, run, result)
     await events.publish(outcome.events)
+
+
+# How often, at most, a streaming run stores what it has written so far (a reload shows it).
+STREAMED_SAVE_SECONDS = 0.5
+
+
+@dataclass
+class _Streamed:
+    """The text a run has streamed since it started or resumed (one "segment", numbered by
+    the run's pause count). Each delta it publishes says where it starts (`at`, in code
+    points) and `AgentRun.streamed_text` holds a prefix of it, so a page that renders the
+    stored prefix appends only what it lacks (static/agentsite/chat.js)."""
+
+    saved_at: float
+    parts: list[str] = field(default_factory=list)
+    length: int = 0
+    saved_length: int = 0
+
+    def add(self, delta: str) -> None:
+        self.parts.append(delta)
+        self.length += len(delta)
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if self.length == self.saved_length or now - self.saved_at < STREAMED_SAVE_SECONDS:
+            return False
+        self.saved_at, self.saved_length = now, self.length
+        return True
+
+    def text(self) -> str:
+        joined = "".join(self.parts)
+        self.parts = [joined]
+        return joined
+
+
+def _save_streamed(run_id: int, text: str) -> None:
+    try:
+        AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(streamed_text=text)
+    except FINAL_WRITE_ERRORS as exc:
+        # Only what a reload shows: the run goes on, and the next save catches up.
+        logger.warning("Run %s: what it streamed could not be stored (%r).", run_id, exc)
 
 
 # --- the final write, through a database outage ---------------------------------------------
@@ -444,6 +522,7 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
                 trace_id=run.trace_id,
                 state=None,
                 state_signature="",
+                streamed_text="",
                 finished=now,
                 updated=now,
             )
@@ -451,6 +530,7 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
         )
         if saved:
             recording.follow_run(run, RunStatus.COMPLETED)
+            _follow_agent(run, result)
     completed = _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.COMPLETED)])
     if not saved:
         if AgentRun.objects.filter(pk=run.pk, status=RunStatus.COMPLETED).exists():
@@ -530,9 +610,11 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                 agent_fingerprint=registry.fingerprint(agent),
                 trace_id=run.trace_id,
                 usage=_usage(result),
+                streamed_text="",
                 updated=now,
             )
             recording.follow_run(run, RunStatus.WAITING)
+            _follow_agent(run, result)
     except IntegrityError as exc:
         # The model reused a call id of this run: its calls could no longer be told apart.
         _fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)

@@ -22,7 +22,7 @@ from tests.factories import make_user
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "alice-pass-123"
-WAITING = "Waiting for a reviewer to approve: cancel_order(order_id=42)"
+WAITING = "A person will confirm: cancel an order that has not been delivered yet (order 42)"
 
 # Records every length the streaming text of a run takes, on a node the re-syncs never replace.
 WATCH_STREAM = """() => {

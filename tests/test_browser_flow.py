@@ -26,7 +26,7 @@ from tests.test_browser_inbox import pause
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "demo-pass-123"
-WAITING = "Waiting for a reviewer to approve: cancel_order(order_id=42)"
+WAITING = "A person will confirm: cancel an order that has not been delivered yet (order 42)"
 
 
 def make_people() -> tuple[Any, Any]:

@@ -22,6 +22,9 @@ from conversations.views import BUSY_WAITING, BUSY_WORKING, UNREADABLE
 from engine import runs
 from tests.factories import REVIEWER, make_conversation, make_user, user_message
 
+# How the chat says `cancel_order(order_id=42)` to the person who asked: its tool's description.
+CANCEL_42 = "cancel an order that has not been delivered yet (order 42)"
+
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("orders", "fresh_registry"),
@@ -313,7 +316,9 @@ def test_a_paused_run_says_what_it_waits_for(
 
     for response in (page, fragment):
         body = response.content.decode()
-        assert "Waiting for a reviewer to approve: cancel_order(order_id=42)" in body
+        # In plain words from the tool's description; the call itself is for operators.
+        assert f"A person will confirm: {CANCEL_42}" in body
+        assert "cancel_order(order_id=42)" not in body
         assert f'<div id="run-{run.pk}" class="turn" data-status="waiting" data-active>' in body
     assert fragment.content.decode().lstrip().startswith('<div id="messages"')
     assert 'hx-trigger="resync from:body' in fragment.content.decode()
@@ -328,7 +333,7 @@ def test_after_a_rejection_the_reply_says_so(
     runs.decide(ApprovalRequest.objects.get(run=run), rita, False)
 
     resuming = page_text(client_for_alice.get(f"/chats/{conversation.session_id}/"))
-    assert "Not approved by rita: cancel_order(order_id=42)" in resuming
+    assert f"Not approved by rita: {CANCEL_42}" in resuming
 
     asyncio.run(runs.resume(run.pk))
     text = page_text(client_for_alice.get(f"/chats/{conversation.session_id}/"))

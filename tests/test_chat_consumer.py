@@ -105,7 +105,10 @@ async def test_a_text_delta_arrives_as_escaped_text_for_the_run_s_block() -> Non
     )
 
     frame = await communicator.receive_from(timeout=2)
-    assert frame == '<span hx-swap-oob="beforeend:#run-5-text">&lt;b&gt;Hi&lt;/b&gt; &amp; </span>'
+    assert frame == (
+        '<span hx-swap-oob="beforeend:#run-5-text" data-delta data-run="5" data-segment="0" '
+        'data-at="0" data-end="12">&lt;b&gt;Hi&lt;/b&gt; &amp; </span>'
+    )
     await communicator.disconnect()
 
 
@@ -148,10 +151,14 @@ async def test_run_updated_pushes_the_run_s_block_as_the_database_has_it() -> No
 
     frame = await communicator.receive_from(timeout=2)
     assert frame.startswith(f'<div id="run-{run.pk}" class="turn" data-status="waiting"')
-    assert "Waiting for a reviewer to approve: cancel_order(order_id=42)" in frame
+    assert (
+        "A person will confirm: cancel an order that has not been delivered yet (order 42)" in frame
+    )
     assert "cancel &lt;order&gt; 42" in frame  # her message, escaped
     assert "<order>" not in frame
-    assert "hx-swap-oob" not in frame  # replaced by id, as the ws extension does by default
+    block, header = frame.split('<h1 id="chat-title"', 1)
+    assert "hx-swap-oob" not in block  # replaced by id, as the ws extension does by default
+    assert 'hx-swap-oob="true">cancel &lt;order&gt; 42</h1>' in header  # the title it gives
     await communicator.disconnect()
 
 
@@ -194,7 +201,7 @@ async def test_a_whole_turn_streams_word_by_word_then_shows_the_reply(submitted:
     frames = await receive_until(communicator, 'data-status="completed"')
 
     deltas = [
-        f for f in frames if f.startswith(f'<span hx-swap-oob="beforeend:#run-{run.pk}-text">')
+        f for f in frames if f.startswith(f'<span hx-swap-oob="beforeend:#run-{run.pk}-text"')
     ]
     assert len(deltas) > 5  # one per word
     words = "".join(re.sub(r"<[^>]+>", "", delta) for delta in deltas)
@@ -215,8 +222,11 @@ async def test_a_paused_turn_says_what_it_waits_for(submitted: list) -> None:
 
     run = await sync_to_async(runs.start_run)(conversation, "cancel order 42", alice)
     await runs.execute(run.pk)
-    frames = await receive_until(communicator, "Waiting for a reviewer to approve:")
+    frames = await receive_until(communicator, "A person will confirm:")
 
-    assert "Waiting for a reviewer to approve: cancel_order(order_id=42)" in frames[-1]
+    assert (
+        "A person will confirm: cancel an order that has not been delivered yet (order 42)"
+        in frames[-1]
+    )
     await asyncio.sleep(0)
     await communicator.disconnect()

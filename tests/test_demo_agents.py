@@ -414,6 +414,7 @@ def test_it_wires_the_demo_agents_together() -> None:
         "research",
     ]
     assert support_desk.handoffs == [billing]
+    assert billing.handoffs == [support_desk]  # and back
     assert [tool.name for tool in billing.tools] == ["lookup_order", "issue_refund"]
     assert [tool.name for tool in researcher.tools] == ["search_knowledge_base"]
     assert all(agent.model is None for agent in (support_desk, billing, researcher))

@@ -52,3 +52,142 @@
     restoreDraft();
   }
 })();
+
+/* The chat page tells the truth after reloads and pushes.
+ *
+ * - Streamed text. A run's block renders what the run had stored of its streamed text when
+ *   it was read (`data-length` code points of the stretch `data-segment`: the run's pause
+ *   count); each delta frame says where its words start and end in that stretch (`data-at`,
+ *   `data-end`). The longest text seen of each run and stretch is kept here: a delta adds
+ *   only what the page lacks, a re-rendered block never shows less than was already shown,
+ *   and words that arrive beyond what the page has (its socket joined after the run last
+ *   stored its text, or a hint was lost) wait while the page re-reads the stored text,
+ *   until it has caught up.
+ * - A composer refused because the conversation was busy (`data-busy`: "waiting" for a
+ *   reviewer, or "working") loses that error once the run the page showed so no longer is.
+ * - The tab's title follows the page's heading when a push renames it. */
+(function () {
+  "use strict";
+  var FIRST_RESYNC_MS = 700;
+  var MOST_RESYNC_MS = 5000;
+  var streams = {};
+  var resyncDelay = FIRST_RESYNC_MS;
+  var resyncTimer = null;
+
+  function streamOf(key) {
+    if (!streams[key]) streams[key] = { text: "", length: 0, pending: [] };
+    return streams[key];
+  }
+
+  // False when the delta starts beyond what is known: it has to wait.
+  function absorb(stream, delta) {
+    if (delta.end <= stream.length) return true;
+    if (delta.at > stream.length) return false;
+    stream.text += Array.from(delta.text).slice(stream.length - delta.at).join("");
+    stream.length = delta.end;
+    return true;
+  }
+
+  function drain(stream) {
+    stream.pending.sort(function (a, b) { return a.at - b.at; });
+    stream.pending = stream.pending.filter(function (delta) { return !absorb(stream, delta); });
+  }
+
+  function resyncSoon() {
+    if (resyncTimer) return;
+    resyncTimer = setTimeout(function () {
+      resyncTimer = null;
+      document.body.dispatchEvent(new CustomEvent("resync"));
+    }, resyncDelay);
+    resyncDelay = Math.min(resyncDelay * 2, MOST_RESYNC_MS);
+  }
+
+  function show(span) {
+    var stream = streamOf(span.dataset.run + ":" + span.dataset.segment);
+    var rendered = parseInt(span.dataset.length || "0", 10);
+    if (rendered > stream.length) {
+      stream.text = span.textContent;
+      stream.length = rendered;
+    }
+    drain(stream);
+    if (span.textContent !== stream.text) span.textContent = stream.text;
+    span.dataset.length = String(stream.length);
+    return stream.pending.length === 0;
+  }
+
+  function showAll() {
+    var caughtUp = true;
+    document.querySelectorAll(".stream[data-run]").forEach(function (span) {
+      if (!show(span)) caughtUp = false;
+    });
+    if (caughtUp) resyncDelay = FIRST_RESYNC_MS;
+    else resyncSoon();
+  }
+
+  document.addEventListener("htmx:wsBeforeMessage", function (event) {
+    var message = event.detail && event.detail.message;
+    if (typeof message !== "string" || message.indexOf("data-delta") < 0) return;
+    var template = document.createElement("template");
+    template.innerHTML = message;
+    var frame = template.content.firstElementChild;
+    if (!frame || !frame.hasAttribute("data-delta")) return;
+    var span = document.getElementById("run-" + frame.dataset.run + "-text");
+    // No block for it: htmx's own swap finds no target, and the page re-reads its messages.
+    if (!span) return;
+    event.preventDefault();
+    var key = frame.dataset.run + ":" + frame.dataset.segment;
+    var stream = streamOf(key);
+    stream.pending.push({
+      at: parseInt(frame.dataset.at, 10),
+      end: parseInt(frame.dataset.end, 10),
+      text: frame.textContent,
+    });
+    if (key === span.dataset.run + ":" + span.dataset.segment) showAll();
+    else resyncSoon();  // words of a stretch this block does not show yet
+  });
+
+  function clearBusyError() {
+    var error = document.querySelector("#composer-error[data-busy]");
+    if (!error) return;
+    var turns = document.querySelectorAll("#messages .turn[data-active]");
+    var still = Array.prototype.some.call(turns, function (turn) {
+      var waiting = turn.dataset.status === "waiting";
+      return error.dataset.busy === "waiting" ? waiting : !waiting;
+    });
+    // Only once the page has shown the run it was refused for (its block may arrive later).
+    if (still) {
+      error.dataset.seen = "";
+      return;
+    }
+    if (!("seen" in error.dataset)) return;
+    var form = error.closest("form");
+    var box = form && form.querySelector("textarea");
+    if (form) form.classList.remove("has-error");
+    if (box) {
+      box.removeAttribute("aria-invalid");
+      box.removeAttribute("aria-describedby");
+    }
+    error.remove();
+  }
+
+  function syncTitle() {
+    var heading = document.querySelector("[data-testid=chat-title]");
+    if (!heading) return;
+    var suffix = " · agentsite";
+    if (document.title !== heading.textContent + suffix) document.title = heading.textContent + suffix;
+  }
+
+  function refresh() {
+    showAll();
+    clearBusyError();
+    syncTitle();
+  }
+
+  document.addEventListener("htmx:afterSettle", refresh);
+  document.addEventListener("htmx:wsAfterMessage", refresh);
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", refresh);
+  } else {
+    refresh();
+  }
+})();

@@ -1,0 +1,173 @@
+"""Issue 13, part 5, in a real Chromium against real daphne servers: the chat page tells the
+truth after reloads and resumes, and so does the request page."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from approvals.models import ApprovalRequest
+from demo.seed import seed_orders
+from engine import executor, runs
+from tests.browser import in_thread, log_in
+from tests.factories import PASSWORD, make_conversation, make_reviewer, make_user
+from tests.live import start_site, stop_site
+from tests.live import test_database_url as current_database_url
+from tests.test_browser_chat import WAITING, say, still_same_document, wait_until_live
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# Every text the streaming reply shows, on a node that re-syncs never replace.
+WATCH_STREAM = """() => {
+  window.__streamTexts = [];
+  new MutationObserver(() => {
+    document.querySelectorAll(".stream").forEach((el) => {
+      const seen = window.__streamTexts;
+      if (el.textContent && seen[seen.length - 1] !== el.textContent) seen.push(el.textContent);
+    });
+  }).observe(document.querySelector(".chat-column"), {
+    childList: true, subtree: true, characterData: true,
+  });
+}"""
+
+
+@pytest.fixture
+def alice() -> Any:
+    seed_orders()
+    return make_user(username="alice")
+
+
+@pytest.fixture
+def slow_site(django_db_blocker: Any, live_site: Any, tmp_path: Path) -> Iterator[Any]:
+    """A server whose demo model writes a word every 0.15 s: a reply takes seconds."""
+    with django_db_blocker.unblock():
+        database_url = current_database_url()
+    site = start_site(database_url, tmp_path / "slow.log", {"AGENTSITE_DEMO_STREAM_DELAY": "0.15"})
+    yield site
+    stop_site(site)
+
+
+def open_new_chat(page: Any, site: Any) -> None:
+    log_in(page, site, "alice", PASSWORD, then="/chats/")
+    page.get_by_role("button", name="New conversation").click()
+    page.wait_for_url(re.compile(r"/chats/conv_[\w-]+/$"))
+    wait_until_live(page)
+    page.evaluate("window.__sameDocument = true")
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_reload_mid_stream_shows_the_text_streamed_before_it(
+    slow_site: Any, page: Any, alice: Any
+) -> None:
+    open_new_chat(page, slow_site)
+    say(page, "hello")  # the demo model's introduction: some 40 words
+    stream = page.locator(".stream")
+    expect(stream).to_have_text(re.compile(r"^.{60,}"), timeout=10_000)
+
+    page.reload()
+    # What the run had stored when the page was read, before any word arrives over the socket.
+    shown = page.locator(".stream").text_content() or ""
+    assert len(shown) >= 40, shown
+    page.evaluate(WATCH_STREAM)
+
+    reply = page.locator(".msg-assistant .markdown").last
+    expect(reply).to_contain_text("offline demo model", timeout=20_000)
+    final = flat(reply.text_content() or "")
+    assert final.startswith(flat(shown)), (shown, final)
+    texts = [flat(text) for text in page.evaluate("window.__streamTexts")]
+    assert texts, "the text went on streaming after the reload"
+    # No word twice, none lost: each text the page showed is the start of the reply, growing.
+    for text in texts:
+        assert final.startswith(text), (text, final)
+    assert [len(text) for text in texts] == sorted(len(text) for text in texts)
+
+
+def test_the_first_message_retitles_the_chat_and_a_handoff_shows_who_answers(
+    live_site: Any, page: Any, alice: Any
+) -> None:
+    open_new_chat(page, live_site)
+    expect(page.get_by_test_id("chat-title")).to_have_text("New conversation")
+    expect(page.get_by_text("Start the conversation")).to_be_visible()
+    expect(page.get_by_test_id("answering")).to_have_text("Support desk")
+
+    say(page, "where is order 7")
+    expect(page.get_by_test_id("chat-title")).to_have_text("where is order 7")
+    expect(page).to_have_title("where is order 7 · agentsite")
+    expect(page.get_by_text("Start the conversation")).to_be_hidden()
+    expect(page.locator(".msg-assistant .markdown").last).to_contain_text("shipped")
+
+    say(page, "I have a billing question")
+    expect(page.locator(".msg-assistant .markdown").last).to_contain_text("Hi, this is Billing.")
+    expect(page.get_by_test_id("answering")).to_have_text("Billing")
+    say(page, "I have a support desk question")
+    expect(page.locator(".msg-assistant .markdown").last).to_contain_text(
+        "Hi, this is Support desk."
+    )
+    expect(page.get_by_test_id("answering")).to_have_text("Support desk")
+    assert still_same_document(page)
+
+
+def test_the_waiting_error_clears_when_the_run_resumes(
+    live_site: Any, page: Any, alice: Any, screenshots: Path
+) -> None:
+    open_new_chat(page, live_site)
+    say(page, "cancel order 42")
+    expect(page.get_by_text(WAITING)).to_be_visible()
+    say(page, "and refund it")
+    error = page.locator("#composer-error")
+    expect(error).to_contain_text("waiting for a reviewer's approval")
+    page.screenshot(path=screenshots / "chat-waiting-plain.png", caret="initial")
+
+    request = ApprovalRequest.objects.get(tool_name="cancel_order")
+    # Decided in this process: the waiting page finds out by re-reading the database.
+    decider = threading.Thread(target=runs.decide, args=(request, make_reviewer(), True))
+    decider.start()
+    decider.join()
+    assert executor.inprocess().wait_idle(timeout=20)
+    expect(page.locator(".msg-assistant .markdown").last).to_contain_text(
+        "is now cancelled", timeout=25_000
+    )
+    expect(error).to_have_count(0)
+    expect(page.get_by_label("Message")).to_have_value("and refund it")  # still hers to send
+    assert still_same_document(page)
+
+
+def test_the_request_page_stops_waiting_once_another_reviewer_decides(
+    live_site: Any, page: Any, browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed_orders()
+    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
+    alice = make_user(username="alice")
+    make_reviewer("rita")
+    make_reviewer("bob")
+
+    def work() -> int:
+        conversation = make_conversation(owner=alice, agent_name="support")
+        run = runs.start_run(conversation, "cancel order 42", alice)
+        asyncio.run(runs.execute(run.pk))
+        return run.pk
+
+    request = ApprovalRequest.objects.get(run_id=in_thread(work))
+    url = f"/inbox/{request.pk}/"
+    log_in(page, live_site, "rita", PASSWORD, then=url)
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+    state = page.locator(f"#call-state-{request.pk}")
+    expect(state).to_have_text("waiting for you")
+
+    other = browser.new_context().new_page()
+    log_in(other, live_site, "bob", PASSWORD, then=url)
+    other.get_by_role("button", name="Approve", exact=True).click()
+    expect(other.locator(f"#call-state-{request.pk}")).to_have_text("approved by bob")
+
+    expect(state).to_have_text("approved by bob")  # pushed to rita's open page
+    expect(page.get_by_text("waiting for you")).to_have_count(0)

@@ -1,0 +1,221 @@
+"""Issue 13, part 5: the chat page tells the truth after reloads and resumes, and the request
+page once a request is decided. (The browser half: tests/test_browser_chat_truth.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import Client
+
+from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from conversations.consumers import _render_run
+from conversations.models import Conversation
+from conversations.rendering import call_for, plain_call
+from conversations.session import DjangoSession
+from engine import events, runs
+from tests.factories import (
+    make_conversation,
+    make_request,
+    make_reviewer,
+    make_run,
+    make_user,
+)
+from tests.test_inbox_consumer import open_socket
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
+
+HTMX = {"HX-Request": "true"}
+CANCEL_42 = "cancel an order that has not been delivered yet (order 42)"
+
+
+@pytest.fixture
+def alice() -> Any:
+    return make_user(username="alice")
+
+
+@pytest.fixture
+def conversation(alice: Any) -> Conversation:
+    return make_conversation(owner=alice, agent_name="support")
+
+
+def client_for(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+# --- what has streamed, across a reload -----------------------------------------------------
+
+
+def test_a_streaming_run_stores_what_it_said_and_numbers_each_delta(
+    conversation: Conversation, submitted: list, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.AGENTSITE_DEMO_STREAM_DELAY = 0.01
+    monkeypatch.setattr(runs, "STREAMED_SAVE_SECONDS", 0.05)
+    deltas: list[events.TextDelta] = []
+    saved: list[str] = []
+    publish, save = runs.events.publish, runs._save_streamed
+
+    async def recording_publish(published: Any) -> None:
+        published = list(published)
+        deltas.extend(e for e in published if isinstance(e, events.TextDelta))
+        await publish(published)
+
+    def recording_save(run_id: int, text: str) -> None:
+        saved.append(text)
+        save(run_id, text)
+        assert AgentRun.objects.get(pk=run_id).streamed_text == text
+
+    monkeypatch.setattr(runs.events, "publish", recording_publish)
+    monkeypatch.setattr(runs, "_save_streamed", recording_save)
+
+    run = runs.start_run(conversation, "hello", conversation.owner)
+    asyncio.run(runs.execute(run.pk))
+    run.refresh_from_db()
+
+    assert run.status == RunStatus.COMPLETED
+    text = "".join(delta.delta for delta in deltas)
+    assert text == run.final_output
+    offsets = [delta.at for delta in deltas]
+    assert offsets == [len("".join(d.delta for d in deltas[:i])) for i in range(len(deltas))]
+    assert {delta.segment for delta in deltas} == {0}
+    # Stored now and then, not per word: each time what had streamed so far.
+    assert 1 <= len(saved) < len(deltas)
+    assert all(text.startswith(part) for part in saved)
+    assert run.streamed_text == ""  # the session holds the reply now
+
+
+def test_the_page_shows_what_a_streaming_run_has_said_so_far(
+    conversation: Conversation, alice: Any
+) -> None:
+    run = make_run(conversation=conversation, status=RunStatus.RUNNING, pause_count=0)
+    AgentRun.objects.filter(pk=run.pk).update(streamed_text="Order 7 <is> shipp")
+
+    page = client_for(alice).get(f"/chats/{conversation.session_id}/").text
+
+    assert (
+        f'<span id="run-{run.pk}-text" class="stream" data-run="{run.pk}" data-segment="0" '
+        'data-length="18">Order 7 &lt;is&gt; shipp</span>'
+    ) in page
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.COMPLETED)
+    assert "Order 7" not in client_for(alice).get(f"/chats/{conversation.session_id}/").text
+
+
+# --- the header and the composer ------------------------------------------------------------
+
+
+def test_the_first_message_s_push_titles_the_conversation(
+    conversation: Conversation, alice: Any, submitted: list
+) -> None:
+    assert "New conversation" in client_for(alice).get(f"/chats/{conversation.session_id}/").text
+    run = runs.start_run(conversation, "where is <order> 7", alice)
+
+    pushed = _render_run(conversation.pk, run.pk, [], False)
+
+    assert pushed.startswith('<div id="after-run-0" class="slot" hx-swap-oob="outerHTML">')
+    assert (
+        '<h1 id="chat-title" class="chat-title" data-testid="chat-title" hx-swap-oob="true">'
+        "where is &lt;order&gt; 7</h1>"
+    ) in pushed
+    assert ">Support desk</span>" in pushed
+
+
+def test_a_refusal_while_busy_says_what_it_waits_for(
+    conversation: Conversation, alice: Any
+) -> None:
+    run = make_run(conversation=conversation, status=RunStatus.WAITING)
+    client = client_for(alice)
+    url = f"/chats/{conversation.session_id}/messages/"
+
+    waiting = client.post(url, {"text": "and refund it"}, headers=HTMX).text
+    assert 'id="composer-error" class="composer-error" role="alert" data-busy="waiting"' in waiting
+
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    working = client.post(url, {"text": "and refund it"}, headers=HTMX).text
+    assert 'data-busy="working"' in working
+
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.COMPLETED)
+    assert "data-busy" not in client.post(url, {"text": ""}, headers=HTMX).text
+
+
+# --- waiting, in plain words ----------------------------------------------------------------
+
+
+def test_a_waiting_call_reads_plainly_and_operators_also_see_the_call(
+    conversation: Conversation, alice: Any
+) -> None:
+    run = make_run(conversation=conversation)
+    make_request(run=run)
+    rita = make_reviewer()
+    reviewers_own = make_conversation(owner=rita, agent_name="support")
+    make_request(run=make_run(conversation=reviewers_own))
+
+    hers = client_for(alice).get(f"/chats/{conversation.session_id}/").text
+    assert f"A person will confirm: {CANCEL_42}</p>" in hers
+    assert "cancel_order(order_id=42)" not in hers
+
+    operators = client_for(rita).get(f"/chats/{reviewers_own.session_id}/").text
+    assert (
+        f'A person will confirm: {CANCEL_42} <code class="call">cancel_order(order_id=42)</code>'
+    ) in operators
+
+
+def test_plain_words_come_from_the_tool_s_description() -> None:
+    assert plain_call("Send money. Audited.", "wire_money", {"account_id": "b", "amount": 5}) == (
+        "send money (account b, amount 5)"
+    )
+    assert plain_call("", "wire_money", {"note": None}) == "wire money"
+    assert plain_call("A tool.\n\nArgs: ...", "t", {}) == "A tool"
+    long = plain_call("Write.", "t", {"body": "x" * 100, "a": 1, "b": 2, "c": 3, "d": 4})
+    assert long == f"write (body {'x' * 39}…, a 1, b 2, c 3, …)"
+
+
+def test_a_call_whose_arguments_were_edited_is_never_put_in_plain_words() -> None:
+    request = make_request()
+    ApprovalRequest.objects.filter(pk=request.pk).update(arguments={"order_id": 7})
+    request.refresh_from_db()
+
+    call = call_for(request)
+    assert call.plain == call.raw == request.call_display()
+    assert "7" not in call.plain
+
+
+# --- the request page -----------------------------------------------------------------------
+
+
+async def test_the_request_page_stops_saying_waiting_for_you_once_decided() -> None:
+    request = await sync_to_async(make_request)()
+    conversation = await Conversation.objects.aget(runs__approval_requests=request)
+    await DjangoSession(conversation.session_id).add_items(
+        [
+            {"role": "user", "content": "cancel order 42"},
+            {
+                "type": "function_call",
+                "call_id": request.call_id,
+                "name": "cancel_order",
+                "arguments": '{"order_id": 42}',
+            },
+        ]
+    )
+    rita = await sync_to_async(make_reviewer)()
+    bob = await sync_to_async(make_reviewer)("bob")
+    url = f"/inbox/{request.pk}/"
+    page = await sync_to_async(lambda: client_for(rita).get(url).text)()
+    state = f'<span id="call-state-{request.pk}" class="who-label"'
+    assert f"{state}>waiting for you</span>" in page
+    communicator, connected = await open_socket(
+        rita, f"/ws/inbox/?show=request&request={request.pk}"
+    )
+    assert connected
+
+    await sync_to_async(runs.decide)(request.pk, bob, False)
+
+    frame = await communicator.receive_from(timeout=2)
+    assert f'{state} hx-swap-oob="true">rejected by bob</span>' in frame
+    page = await sync_to_async(lambda: client_for(rita).get(url).text)()
+    assert f"{state}>rejected by bob</span>" in page
+    assert "waiting for you" not in page
+    await communicator.disconnect()
