@@ -374,3 +374,64 @@ def test_a_database_error_that_is_not_the_pool_is_not_called_busy() -> None:
     assert pool.is_exhausted(pool_timeout())
     assert pool.is_exhausted(OperationalError("FATAL:  sorry, too many clients already"))
     assert not pool.is_exhausted(OperationalError("deadlock detected"))
+
+
+# --- the settings -----------------------------------------------------------------------------
+
+
+SHOW_DATABASE = (
+    "import agentsite.settings as s; d = s.DATABASES['default']; "
+    "print(d['CONN_MAX_AGE'], d.get('OPTIONS', {}).get('pool'))"
+)
+
+
+def database_settings(**env: str) -> subprocess.CompletedProcess[str]:
+    """agentsite.settings' default database, imported in a new interpreter with `env`."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("DATABASE_")}
+    environ.pop("DJANGO_SETTINGS_MODULE", None)
+    environ.update({"DEBUG": "1", **env})
+    return subprocess.run(
+        [sys.executable, "-c", SHOW_DATABASE],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+POSTGRES_URL = "postgres://agentsite@127.0.0.1:5432/agentsite"
+
+
+def test_postgresql_pools_by_default_with_the_sizes_of_the_settings() -> None:
+    default = database_settings(DATABASE_URL=POSTGRES_URL)
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.strip() == "0 {'min_size': 2, 'max_size': 10, 'timeout': 10.0}"
+    sized = database_settings(
+        DATABASE_URL=POSTGRES_URL,
+        DATABASE_POOL_MIN_SIZE="1",
+        DATABASE_POOL_MAX_SIZE="32",
+        DATABASE_POOL_TIMEOUT="2.5",
+    )
+    assert sized.stdout.strip() == "0 {'min_size': 1, 'max_size': 32, 'timeout': 2.5}"
+    off = database_settings(DATABASE_URL=POSTGRES_URL, DATABASE_POOL="0")
+    assert off.stdout.strip() == "60 None"
+    sqlite = database_settings()
+    assert sqlite.stdout.strip() == "60 None"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DATABASE_CONN_MAX_AGE": "60"},
+        {"DATABASE_POOL_MAX_SIZE": "1"},
+        {"DATABASE_POOL_MIN_SIZE": "12"},
+        {"DATABASE_POOL_TIMEOUT": "0"},
+    ],
+)
+def test_it_refuses_pool_settings_it_cannot_keep(env: dict[str, str]) -> None:
+    refused = database_settings(DATABASE_URL=POSTGRES_URL, **env)
+    assert refused.returncode != 0
+    (name,) = env
+    last = refused.stderr.splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: ") and name in last, last
