@@ -16,6 +16,8 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from agentsite.db import hops  # noqa: E402
+from agentsite.db.pool import RequestGate  # noqa: E402
 from agentsite.origins import SiteOriginValidator  # noqa: E402
 from agentsite.routing import websocket_urlpatterns  # noqa: E402
 from engine import executor, providers  # noqa: E402
@@ -24,7 +26,8 @@ providers.log_active_provider()
 
 router = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # With a connection pool, at most half of it serves requests at once (see pool.py).
+        "http": RequestGate(django_asgi_app),
         "websocket": SiteOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
@@ -32,5 +35,8 @@ router = ProtocolTypeRouter(
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # In-process runs execute on this loop, where the pages' sockets live too.
-    executor.bind_server_loop(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    executor.bind_server_loop(loop)
+    # Threads of this loop's `asyncio.to_thread` give their connections back (hops.py).
+    hops.adopt(loop)
     await router(scope, receive, send)

@@ -176,6 +176,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # No database connection in time (the pool is exhausted): 503 "busy, try again", not 500.
+    "agentsite.db.pool.BusyMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -245,6 +247,35 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# On PostgreSQL each process keeps a bounded pool of connections (psycopg's pool, through
+# Django): never more than DATABASE_POOL_MAX_SIZE, a thread that finds none free waits up to
+# DATABASE_POOL_TIMEOUT seconds, then its request is answered 503 "busy, try again". All the
+# processes' maximums together must fit the server's max_connections (the README's
+# "connection budget"); agentsite/db/pool.py says how a process shares its pool.
+DATABASE_POOL = env_bool("DATABASE_POOL", True)
+DATABASE_POOL_MIN_SIZE = env_int("DATABASE_POOL_MIN_SIZE", 2)
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 10)
+DATABASE_POOL_TIMEOUT = env_float("DATABASE_POOL_TIMEOUT", 10.0)
+if DATABASE_POOL and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    if env_int("DATABASE_CONN_MAX_AGE", 0) != 0:
+        raise ImproperlyConfigured(
+            "DATABASE_CONN_MAX_AGE keeps connections per thread, which a pool does instead: "
+            "unset it, or turn the pool off with DATABASE_POOL=0."
+        )
+    if not 0 <= DATABASE_POOL_MIN_SIZE <= DATABASE_POOL_MAX_SIZE or DATABASE_POOL_MAX_SIZE < 2:
+        raise ImproperlyConfigured(
+            f"DATABASE_POOL_MIN_SIZE={DATABASE_POOL_MIN_SIZE} and DATABASE_POOL_MAX_SIZE="
+            f"{DATABASE_POOL_MAX_SIZE}: the maximum is at least 2 and the minimum at most it."
+        )
+    if DATABASE_POOL_TIMEOUT <= 0:
+        raise ImproperlyConfigured(f"DATABASE_POOL_TIMEOUT={DATABASE_POOL_TIMEOUT} is not > 0.")
+    # Django returns a pooled connection at close(), so connections are not kept (age 0).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": DATABASE_POOL_MIN_SIZE,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": DATABASE_POOL_TIMEOUT,
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Django's backend with writers queued in the process and WAL checkpoints off the
     # request path: see agentsite/db/sqlite/base.py.

@@ -19,16 +19,18 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import RequestDataTooBig
 from django.core.paginator import Paginator
-from django.db import models, transaction
+from django.db import DatabaseError, models, transaction
 from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template.loader import render_to_string
+from django.template.loader import get_template, render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from agentsite.db import pool
 from approvals.models import AgentRun, RunStatus
 from common import formatting
 from common.http import HtmxHttpRequest
@@ -299,6 +301,38 @@ def _too_long_beyond_the_upload_limit(view: _View) -> _View:
     return wrapper
 
 
+def _refused_when_busy(view: _View) -> _View:
+    """No database connection came free in time (the pool is exhausted): the message is
+    refused as "busy, try again", its text kept in the composer for htmx, rather than lost
+    to a 500. Answered without the database: the composer alone, drawn without the site's
+    context processors (they ask the database who the user is)."""
+
+    @wraps(view)
+    def wrapper(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+        try:
+            return view(request, session_id)
+        except DatabaseError as error:
+            if not pool.is_exhausted(error):
+                raise
+        if not request.htmx:
+            return pool.busy_response()
+        try:
+            text = request.POST.get("text", "")
+        except RequestDataTooBig:
+            text = ""
+        form = MessageForm({"text": text})
+        form.add_error("text", pool.BUSY)
+        context = {
+            "conversation": Conversation(session_id=session_id),
+            "form": form,
+            "csrf_token": get_token(request),
+        }
+        return HttpResponse(get_template("conversations/chat.html#composer").render(context))
+
+    return wrapper
+
+
+@_refused_when_busy
 @login_required
 @require_POST
 @_too_long_beyond_the_upload_limit

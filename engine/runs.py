@@ -53,6 +53,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from openai.types.responses import ResponseTextDeltaEvent
 
+from agentsite.db import hops
 from agentsite.db.hops import db_hop
 from approvals.models import (
     ACTIVE_STATUSES,
@@ -300,6 +301,10 @@ def _run_config(run: AgentRun, agent: Agent[Any]) -> Any:
 
 
 async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any]) -> None:
+    # The SDK runs sync tools through `asyncio.to_thread`: on the hop threads, which give
+    # their connections back to the pool (a worker's loop is new for each job, and a thread
+    # of a loop's own executor would end holding its connection).
+    hops.adopt(asyncio.get_running_loop())
     conversation = run.conversation
     session = open_session(
         conversation.session_id,

@@ -16,7 +16,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from agentsite.db.hops import db_hop
 from approvals.models import ProcessKind
@@ -124,6 +124,10 @@ def _beat_on_thread(every: float) -> None:
             if not failing:
                 logger.exception("The heartbeat of this process failed; retrying every %g s", every)
             failing = True
+        finally:
+            # Given back between beats: with a pool, a connection kept while this thread
+            # sleeps would be a slot of the pool lost for good.
+            connections.close_all()
 
 
 def _stop_at_exit() -> None:

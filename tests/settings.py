@@ -5,6 +5,7 @@ throwaway key and loses any model credentials the developer's shell holds.
 """
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,14 @@ if DATABASES["default"]["ENGINE"] == "agentsite.db.sqlite":  # noqa: F405
     DATABASES["default"]["TEST"] = {  # noqa: F405
         "NAME": str(Path(tempfile.gettempdir()) / f"agentsite-test-{os.getpid()}.sqlite3")
     }
+
+# The test process itself keeps a connection per thread, as without a pool: tests drive the
+# SDK on loops of their own, whose threads end holding a connection that a pool would never
+# get back. The servers and workers the tests start (no pytest in them) pool as in production,
+# and tests/test_pooling.py holds them to a connection budget.
+if "pytest" in sys.modules and "pool" in DATABASES["default"].get("OPTIONS", {}):  # noqa: F405
+    del DATABASES["default"]["OPTIONS"]["pool"]  # noqa: F405
+    DATABASES["default"]["CONN_MAX_AGE"] = 60  # noqa: F405
 
 # Agents on the demo model answer at once in tests; the browser tests' server streams at a
 # visible pace, so its pages really receive a reply word by word.

@@ -138,6 +138,10 @@ class DatabaseExporter(TracingExporter):
         except Exception:  # never let a trace problem reach the SDK or a run
             self._failed(len(items))
             logger.exception("Tracing: a batch of %d item(s) was not stored", len(items))
+        finally:
+            # With a pool (CONN_MAX_AGE 0) this gives the connection back between batches.
+            if not connection.in_atomic_block:
+                close_old_connections()
 
     # --- reading the SDK's items ----------------------------------------------------------
 
