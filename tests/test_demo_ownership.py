@@ -118,9 +118,7 @@ def test_the_customer_herself_works_on_her_order(submitted: list) -> None:
     assert Order.objects.get(number=7).status == Order.Status.CANCELLED
 
 
-def test_alice_emails_only_herself_and_only_about_her_orders(
-    alice: Any, submitted: list
-) -> None:
+def test_alice_emails_only_herself_and_only_about_her_orders(alice: Any, submitted: list) -> None:
     about_other = ask(alice, "email alice@example.com about the delivery of order 7")
     to_other = ask(alice, "email chen.wei@example.com about the delivery of order 42")
     own = ask(alice, "email alice@example.com about the delivery of order 42")
