@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -318,29 +318,41 @@ def send_email(
     )
 
 
-def order_facts(arguments: dict[str, Any], user: Any) -> list[tuple[str, str]]:
-    """What a reviewer should know about the order a call would touch, as the tool would see
-    it for `user` (the run's requester): registered for the order tools in `apps.py`."""
+def order_facts(calls: Sequence[tuple[dict[str, Any], Any]]) -> list[list[tuple[str, str]]]:
+    """What a reviewer should know about the order each call would touch, as the tool would
+    see it for the call's user (the run's requester); one query for all the calls. Registered
+    for the order tools in `apps.py`."""
+    numbers = {to_order_number(arguments.get("order_id")) for arguments, _ in calls} - {None}
+    orders = {order.number: order for order in Order.objects.filter(number__in=numbers)}
+    return [_facts_of(arguments, user, orders) for arguments, user in calls]
+
+
+def _facts_of(arguments: dict[str, Any], user: Any, orders: dict[int, Order]) -> list[Any]:
     facts: list[tuple[str, str]] = []
     number = to_order_number(arguments.get("order_id"))
-    if number is not None:
-        order = Order.objects.of_customer(user).filter(number=number).first()
-        if order is None:
-            facts.append(("Order", f"{number}: not in this user's account; nothing will change"))
-        else:
-            amount = format_money(order.amount)
-            if order.refunded_amount:
-                amount += f" ({format_money(order.refunded_amount)} refunded)"
-            facts += [
-                ("Order", f"{order.number}: {order.item}"),
-                ("Status", order.get_status_display()),
-                ("Amount", amount),
-                ("Customer", f"{order.customer_name} <{order.customer_email}>"),
-            ]
+    order = orders.get(number) if number is not None else None
+    # As `Order.objects.of_customer(user)` has it: another customer's order is not there.
+    if order is not None and (user is None or order.customer_id != user.pk):
+        order = None
+    if number is not None and order is None:
+        facts.append(("Order", f"{number}: not in this user's account; nothing will change"))
+    if order is not None:
+        amount = format_money(order.amount)
+        if order.refunded_amount:
+            amount += f" ({format_money(order.refunded_amount)} refunded)"
+        facts += [
+            ("Order", f"{order.number}: {order.item}"),
+            ("Status", order.get_status_display()),
+            ("Amount", amount),
+            ("Customer", f"{order.customer_name} <{order.customer_email}>"),
+        ]
     to = arguments.get("to")
     if isinstance(to, str):
-        own = to.strip().lower() in own_addresses(user, number)
-        facts.append(("Sends to", to if own else f"{to}: not this user's address; not sent"))
+        own = {user.email} if user is not None and user.email else set()
+        if order is not None:
+            own.add(order.customer_email)
+        mine = to.strip().lower() in {address.strip().lower() for address in own}
+        facts.append(("Sends to", to if mine else f"{to}: not this user's address; not sent"))
     return facts
 
 

@@ -178,7 +178,7 @@ def test_the_inbox_shows_whom_the_call_runs_for_and_the_order_it_touches(
 
 
 def test_a_facts_function_that_fails_shows_nothing(alice: Any, client: Client) -> None:
-    def broken(arguments: dict[str, Any], user: Any) -> list[tuple[str, str]]:
+    def broken(calls: Any) -> list[list[tuple[str, str]]]:
         raise RuntimeError("boom")
 
     request = make_request(run=make_run(owner=alice), tool_name="wire_money")
