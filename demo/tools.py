@@ -322,7 +322,8 @@ def order_facts(calls: Sequence[tuple[dict[str, Any], Any]]) -> list[list[tuple[
     """What a reviewer should know about the order each call would touch, as the tool would
     see it for the call's user (the run's requester); one query for all the calls. Registered
     for the order tools in `apps.py`."""
-    numbers = {to_order_number(arguments.get("order_id")) for arguments, _ in calls} - {None}
+    read = (to_order_number(arguments.get("order_id")) for arguments, _ in calls)
+    numbers = {number for number in read if number is not None}
     orders = {order.number: order for order in Order.objects.filter(number__in=numbers)}
     return [_facts_of(arguments, user, orders) for arguments, user in calls]
 
