@@ -259,6 +259,24 @@ def test_a_context_that_names_another_user_fails_the_resume_closed(
     assert seen == []
 
 
+def test_a_state_saved_before_runs_carried_a_context_acts_for_the_runs_requester(
+    settings: Any, submitted: list
+) -> None:
+    alice = make_user(username="alice")
+    run = paused_run(settings, alice)
+    seen.clear()
+    state = json.loads(json.dumps(run.state))
+    # What the engine saved before it passed a context: none.
+    state["context"]["context"] = None
+    state["context"]["context_meta"] = {"original_type": "none", "serialized_via": "none"}
+    AgentRun.objects.filter(pk=run.pk).update(state=state, state_signature=runs.sign_state(state))
+
+    run = approve_and_resume_elsewhere(run)
+
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert seen == [("close_my_account", alice.pk, "alice")]
+
+
 def test_an_agent_renamed_since_the_pause_fails_the_resume_closed(
     settings: Any, submitted: list
 ) -> None:
