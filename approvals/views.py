@@ -34,7 +34,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from common.http import HtmxHttpRequest
 from conversations.rendering import review_lines
 from conversations.session import open_session
-from engine import runs
+from engine import facts, runs
 from engine.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
 
 PENDING_LIMIT = 100
@@ -112,7 +112,9 @@ def _safe_next(request: HttpRequest, value: str | None, default: str) -> str:
 
 def _pending_rows(form: InboxFilterForm) -> list[ApprovalRequest]:
     rows = with_people(open_requests().filter(form.request_filter())).order_by("-created", "-pk")
-    return list(rows[:PENDING_LIMIT])
+    pending = list(rows[:PENDING_LIMIT])
+    facts.attach(pending)  # what each call would touch, for the page at once
+    return pending
 
 
 def _filter_choices(form: InboxFilterForm, requests: QuerySet[ApprovalRequest]) -> dict[str, Any]:

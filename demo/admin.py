@@ -21,6 +21,7 @@ class OrderEventInline(NoEditAdminMixin, admin.TabularInline):
 class OrderAdmin(admin.ModelAdmin):
     list_display = [
         "number",
+        "customer",
         "customer_name",
         "item",
         "amount",
@@ -29,7 +30,9 @@ class OrderAdmin(admin.ModelAdmin):
         "updated",
     ]
     list_filter = ["status"]
-    search_fields = ["=number", "customer_name", "customer_email", "item"]
+    search_fields = ["=number", "customer__username", "customer_name", "customer_email", "item"]
+    list_select_related = ["customer"]
+    raw_id_fields = ["customer"]
     readonly_fields = ["created", "updated"]
     inlines = [OrderEventInline]
 

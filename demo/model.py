@@ -45,7 +45,7 @@ MODEL_NAME = "offline-demo"
 
 # What to type for each tool the model knows, in the order they are offered to the user.
 EXAMPLES: dict[str, str] = {
-    "lookup_order": "where is order 7",
+    "lookup_order": "where is order 44",
     "cancel_order": "cancel order 42",
     "issue_refund": "refund 30 on order 42",
     "send_email": "email alice@example.com about my refund",

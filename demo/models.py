@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
+from django.conf import settings
 from django.db import models
 
 
 def format_money(amount: Decimal) -> str:
     return f"${amount:,.2f}"
+
+
+class OrderQuerySet(models.QuerySet["Order"]):
+    def of_customer(self, user: Any) -> OrderQuerySet:
+        """The orders of `user`'s account; none for no user (or one not signed in). A tool
+        acting for someone looks orders up here only, so another customer's order answers
+        exactly as a missing one."""
+        if user is None or not getattr(user, "is_authenticated", False) or user.pk is None:
+            return self.none()
+        return self.filter(customer=user)
 
 
 class Order(models.Model):
@@ -19,6 +31,14 @@ class Order(models.Model):
         CANCELLED = "cancelled", "Cancelled"
 
     number = models.PositiveIntegerField(unique=True, help_text="The order number customers see.")
+    customer = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="orders",
+        help_text="The account the order belongs to; empty for an order of no account.",
+    )
     customer_name = models.CharField(max_length=200)
     customer_email = models.EmailField()
     item = models.CharField(max_length=200, help_text="What was ordered.")
@@ -27,6 +47,8 @@ class Order(models.Model):
     refunded_amount = models.DecimalField(max_digits=10, decimal_places=2, default=Decimal("0"))
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
+
+    objects = OrderQuerySet.as_manager()
 
     class Meta:
         ordering = ["number"]

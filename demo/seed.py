@@ -1,15 +1,21 @@
-"""The demo shop's orders. The example phrases the demo model understands refer to these."""
+"""The demo shop's orders, each of a customer account. The example phrases the demo model
+understands refer to these: alice (the demo's end user) owns orders 42, 44 and 46; the other
+demo customers (accounts with no usable password: they own orders, nobody logs in as them)
+own the rest."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
 
+from django.contrib.auth import get_user_model
+
 from .models import Order
 
 DEMO_ORDERS: list[dict[str, Any]] = [
     {
         "number": 3,
+        "customer": "bruno",
         "customer_name": "Bruno Costa",
         "customer_email": "bruno.costa@example.net",
         "item": "Trail running shoes, size 43",
@@ -18,6 +24,7 @@ DEMO_ORDERS: list[dict[str, Any]] = [
     },
     {
         "number": 7,
+        "customer": "chen",
         "customer_name": "Chen Wei",
         "customer_email": "chen.wei@example.com",
         "item": "Noise-cancelling headphones",
@@ -26,6 +33,7 @@ DEMO_ORDERS: list[dict[str, Any]] = [
     },
     {
         "number": 12,
+        "customer": "dana",
         "customer_name": "Dana Okafor",
         "customer_email": "dana.okafor@example.org",
         "item": "Cast-iron skillet, 28 cm",
@@ -34,6 +42,7 @@ DEMO_ORDERS: list[dict[str, Any]] = [
     },
     {
         "number": 15,
+        "customer": "eva",
         "customer_name": "Eva Lindqvist",
         "customer_email": "eva.lindqvist@example.com",
         "item": "Wool blanket, grey",
@@ -43,6 +52,7 @@ DEMO_ORDERS: list[dict[str, Any]] = [
     },
     {
         "number": 23,
+        "customer": "farid",
         "customer_name": "Farid Haddad",
         "customer_email": "farid.haddad@example.net",
         "item": "Paperback set: The Expanse, books 1-3",
@@ -51,6 +61,7 @@ DEMO_ORDERS: list[dict[str, Any]] = [
     },
     {
         "number": 31,
+        "customer": "grace",
         "customer_name": "Grace Kim",
         "customer_email": "grace.kim@example.org",
         "item": "Mechanical keyboard, brown switches",
@@ -59,6 +70,7 @@ DEMO_ORDERS: list[dict[str, Any]] = [
     },
     {
         "number": 42,
+        "customer": "alice",
         "customer_name": "Alice Martin",
         "customer_email": "alice@example.com",
         "item": "Burr coffee grinder",
@@ -66,7 +78,26 @@ DEMO_ORDERS: list[dict[str, Any]] = [
         "status": Order.Status.PLACED,
     },
     {
+        "number": 44,
+        "customer": "alice",
+        "customer_name": "Alice Martin",
+        "customer_email": "alice@example.com",
+        "item": "Gooseneck kettle, 1 l",
+        "amount": Decimal("54.00"),
+        "status": Order.Status.SHIPPED,
+    },
+    {
+        "number": 46,
+        "customer": "alice",
+        "customer_name": "Alice Martin",
+        "customer_email": "alice@example.com",
+        "item": "Espresso cups, set of 4",
+        "amount": Decimal("32.00"),
+        "status": Order.Status.DELIVERED,
+    },
+    {
         "number": 58,
+        "customer": "hugo",
         "customer_name": "Hugo Moreau",
         "customer_email": "hugo.moreau@example.com",
         "item": "Standing desk frame",
@@ -76,15 +107,33 @@ DEMO_ORDERS: list[dict[str, Any]] = [
 ]
 
 
+def seed_customer(username: str, name: str, email: str) -> Any:
+    """The demo customer `username`, created when missing with no usable password (seed_demo
+    gives alice hers); an existing account is kept as it is."""
+    first_name, _, last_name = name.partition(" ")
+    user, created = get_user_model().objects.get_or_create(
+        username=username,
+        defaults={"email": email, "first_name": first_name, "last_name": last_name},
+    )
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    return user
+
+
 def seed_orders(*, reset: bool = False) -> int:
-    """Create the demo orders that are missing; with `reset`, also restore the others.
+    """Create the demo orders that are missing, each of its customer's account (created when
+    missing); with `reset`, also restore the others, owner included.
 
     Safe to run any number of times. Returns how many orders were created.
     """
     created_count = 0
     for spec in DEMO_ORDERS:
-        defaults = {key: value for key, value in spec.items() if key != "number"}
+        defaults = {key: value for key, value in spec.items() if key not in ("number", "customer")}
         defaults.setdefault("refunded_amount", Decimal("0"))
+        defaults["customer"] = seed_customer(
+            spec["customer"], spec["customer_name"], spec["customer_email"]
+        )
         # The events stay on reset: they are the audit trail, and they keep an old tool call
         # from taking effect a second time.
         lookup = Order.objects.update_or_create if reset else Order.objects.get_or_create

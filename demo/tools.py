@@ -6,13 +6,18 @@ agent to relay, not raised: they are answers, not failures.
 
 Tools with an effect key it on the SDK's tool call id, so a tool call that is replayed (a run
 resumed twice, a retried request) returns its first result and changes nothing.
+
+Every tool acts for the person who asked (`engine.context`): it sees only the orders of their
+account (`Order.objects.of_customer`) and emails only their own address. Another customer's
+order answers exactly like a missing one ("Order N was not found in your account."), in the
+tools and in their approval policies, so nothing leaks about who else has which order.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -23,6 +28,7 @@ from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 
 from agentsite.db.hops import db_hop
+from engine.context import RequesterUnavailable, requesting_user_or_none, requesting_user_sync
 
 from .models import Order, OrderEvent, SentEmail, format_money
 
@@ -33,17 +39,20 @@ CENT = Decimal("0.01")
 
 
 def no_order(number: int) -> str:
-    return f"There is no order {number}."
+    """The answer for an order that is missing or not the asker's: the same words for both."""
+    return f"Order {number} was not found in your account."
 
 
-def _once_per_call(number: int, tool_call_id: str, act: Callable[[Order], str]) -> str:
-    """`act` on order `number`, under the order's row lock, once per tool call id: a replay of
-    the same call gets the first call's answer. `act` records its `OrderEvent` (with
-    `tool_call_id`) when it changes the order, and returns what to tell the agent."""
+def _once_per_call(
+    number: int, tool_call_id: str, act: Callable[[Order], str], customer: Any
+) -> str:
+    """`act` on `customer`'s order `number`, under the order's row lock, once per tool call id:
+    a replay of the same call gets the first call's answer. `act` records its `OrderEvent`
+    (with `tool_call_id`) when it changes the order, and returns what to tell the agent."""
     try:
         with transaction.atomic():
             try:
-                order = Order.objects.select_for_update().get(number=number)
+                order = Order.objects.of_customer(customer).select_for_update().get(number=number)
             except Order.DoesNotExist:
                 return no_order(number)
             # Looked up under the order's lock, so a concurrent replay of the same call waits
@@ -57,8 +66,9 @@ def _once_per_call(number: int, tool_call_id: str, act: Callable[[Order], str]) 
         return OrderEvent.objects.get(tool_call_id=tool_call_id).result
 
 
-def cancel(number: int, tool_call_id: str) -> str:
-    """Cancel order `number` once per tool call id; returns what to tell the agent."""
+def cancel(number: int, tool_call_id: str, *, customer: Any) -> str:
+    """Cancel `customer`'s order `number` once per tool call id; returns what to tell the
+    agent."""
 
     def act(order: Order) -> str:
         refusal = order.cancel_refusal()
@@ -75,11 +85,14 @@ def cancel(number: int, tool_call_id: str) -> str:
         )
         return result
 
-    return _once_per_call(number, tool_call_id, act)
+    return _once_per_call(number, tool_call_id, act, customer)
 
 
-def refund(number: int, amount: Decimal, tool_call_id: str, *, reviewed: bool = False) -> str:
-    """Refund `amount` on order `number` once per tool call id; returns what to tell the agent.
+def refund(
+    number: int, amount: Decimal, tool_call_id: str, *, customer: Any, reviewed: bool = False
+) -> str:
+    """Refund `amount` on `customer`'s order `number` once per tool call id; returns what to
+    tell the agent.
 
     Unless a reviewer approved the call, the threshold is checked again under the order's lock:
     two calls that each passed the approval policy before either refunded (in parallel, or from
@@ -113,16 +126,48 @@ def refund(number: int, amount: Decimal, tool_call_id: str, *, reviewed: bool = 
         )
         return result
 
-    return _once_per_call(number, tool_call_id, act)
+    return _once_per_call(number, tool_call_id, act, customer)
 
 
-def record_email(to: str, subject: str, body: str, tool_call_id: str) -> str:
-    """Record an email as sent, once per tool call id; returns what to tell the agent."""
+def own_addresses(customer: Any, number: int | None = None) -> set[str]:
+    """The addresses `customer` may be emailed at: their account's, and the one on their order
+    `number` (lowercased)."""
+    addresses = {customer.email} if customer is not None and customer.email else set()
+    if number is not None:
+        orders = Order.objects.of_customer(customer).filter(number=number)
+        addresses.update(orders.values_list("customer_email", flat=True))
+    return {address.strip().lower() for address in addresses}
+
+
+def record_email(
+    to: str,
+    subject: str,
+    body: str,
+    tool_call_id: str,
+    *,
+    customer: Any,
+    order_id: int | None = None,
+) -> str:
+    """Record an email to `customer` as sent, once per tool call id; returns what to tell the
+    agent. It goes to the asker's own address only, about their own order only."""
+    earlier = SentEmail.objects.filter(tool_call_id=tool_call_id).first()
+    if earlier is not None:
+        return earlier.describe()
     to = to.strip()
     try:
         validate_email(to)
     except ValidationError:
         return f"Not sent: “{to}” is not a valid email address."
+    if order_id is not None and not (
+        Order.objects.of_customer(customer).filter(number=order_id).exists()
+    ):
+        return no_order(order_id)
+    if to.lower() not in own_addresses(customer, order_id):
+        return (
+            f"Not sent: I can only email you at your own address, not at {to}."
+            if customer is not None
+            else "Not sent: nobody signed in asked for this email."
+        )
     subject = subject.strip()[: SentEmail.SUBJECT_MAX_LENGTH]
     email, _ = SentEmail.objects.get_or_create(
         tool_call_id=tool_call_id, defaults={"to": to, "subject": subject, "body": body}
@@ -150,17 +195,18 @@ def passes_threshold(refunded: Decimal, amount: Decimal) -> bool:
     return refunded + amount > REFUND_APPROVAL_THRESHOLD
 
 
-def refund_passes_threshold(number: int, amount: Decimal) -> bool:
-    """Whether refunding `amount` brings order `number`'s refunds above the threshold (for no
-    such order, whether `amount` alone does: the tool then refunds nothing anyway)."""
-    refunded = Order.objects.filter(number=number).values_list("refunded_amount", flat=True)
-    return passes_threshold(refunded.first() or Decimal("0"), amount)
+def refund_passes_threshold(number: int, amount: Decimal, customer: Any) -> bool:
+    """Whether refunding `amount` brings `customer`'s order `number`'s refunds above the
+    threshold (for an order that is missing or someone else's, whether `amount` alone does:
+    the tool then refunds nothing anyway, and the two cannot be told apart)."""
+    orders = Order.objects.of_customer(customer).filter(number=number)
+    refunded = orders.values_list("refunded_amount", flat=True).first()
+    return passes_threshold(refunded or Decimal("0"), amount)
 
 
-def is_customer_address(number: int, address: str) -> bool:
-    """Whether `address` is the email of order `number`'s own customer."""
-    email = Order.objects.filter(number=number).values_list("customer_email", flat=True).first()
-    return email is not None and email.strip().lower() == address.strip().lower()
+def _refund_policy(ctx: RunContextWrapper[Any], number: int, amount: Decimal) -> bool:
+    # One database hop for the user (first use) and the order.
+    return refund_passes_threshold(number, amount, requesting_user_or_none(ctx))
 
 
 async def refund_needs_approval(
@@ -174,49 +220,63 @@ async def refund_needs_approval(
     number = to_order_number(params.get("order_id"))
     if amount is None or number is None:
         return True
-    return await db_hop(refund_passes_threshold)(number, amount)
+    return await db_hop(_refund_policy)(ctx, number, amount)
 
 
 async def email_needs_approval(
     ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
 ) -> bool:
-    """A reviewer reads an email first when it is about a refund (a promise to a customer), or
-    goes to anyone but the customer of the order it is about; anything unreadable waits too."""
-    subject, to = params.get("subject"), params.get("to")
-    number = to_order_number(params.get("order_id"))
+    """A reviewer reads an email first when it is about a refund (a promise to a customer);
+    anything unreadable waits too. Nothing here depends on whose order or address it names:
+    the tool itself emails only the asker, about their own orders."""
+    subject, to, order_id = params.get("subject"), params.get("to"), params.get("order_id")
     if not isinstance(subject, str) or re.search(r"refund", subject, re.IGNORECASE):
         return True
-    if not isinstance(to, str) or number is None:
+    if not isinstance(to, str):
         return True
-    return not await db_hop(is_customer_address)(number, to)
+    return order_id is not None and to_order_number(order_id) is None
+
+
+def for_the_asker(ctx: ToolContext[Any], act: Callable[[Any], str]) -> str:
+    """`act(user)` for the active user who asked, or why nobody can be acted for."""
+    try:
+        customer = requesting_user_sync(ctx)
+    except RequesterUnavailable as refusal:
+        return str(refusal)
+    return act(customer)
 
 
 @function_tool
-def lookup_order(order_id: int) -> str:
-    """Look up an order: its customer, item, amount, status and what was refunded.
+def lookup_order(ctx: ToolContext[Any], order_id: int) -> str:
+    """Look up one of the customer's orders: item, amount, status and what was refunded.
 
     Args:
         order_id: The order number the customer gave.
     """
-    try:
-        return Order.objects.get(number=order_id).describe()
-    except Order.DoesNotExist:
-        return no_order(order_id)
+
+    def act(customer: Any) -> str:
+        order = Order.objects.of_customer(customer).filter(number=order_id).first()
+        return order.describe() if order is not None else no_order(order_id)
+
+    return for_the_asker(ctx, act)
 
 
 @function_tool(needs_approval=True)
 def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
-    """Cancel an order that has not been delivered yet. A reviewer approves every cancellation.
+    """Cancel one of the customer's orders that has not been delivered yet. A reviewer
+    approves every cancellation.
 
     Args:
         order_id: The order number to cancel.
     """
-    return cancel(order_id, ctx.tool_call_id)
+    return for_the_asker(
+        ctx, lambda customer: cancel(order_id, ctx.tool_call_id, customer=customer)
+    )
 
 
 @function_tool(needs_approval=refund_needs_approval)
 def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:
-    """Refund part or all of an order's amount to the customer.
+    """Refund part or all of one of the customer's orders.
 
     A refund that brings the order's refunds above $50 in total waits for a reviewer's
     approval. The total refunded can never exceed what the customer paid.
@@ -229,23 +289,72 @@ def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:
     if value is None:
         return f"A refund must be a positive amount, not {amount!r}."
     reviewed = ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is True
-    return refund(order_id, value, ctx.tool_call_id, reviewed=reviewed)
+    return for_the_asker(
+        ctx,
+        lambda customer: refund(
+            order_id, value, ctx.tool_call_id, customer=customer, reviewed=reviewed
+        ),
+    )
 
 
 @function_tool(needs_approval=email_needs_approval)
 def send_email(
     ctx: ToolContext[Any], to: str, subject: str, body: str, order_id: int | None = None
 ) -> str:
-    """Send an email to a customer. An email about a refund, or to anyone but the customer of
-    the order it is about, waits for a reviewer's approval.
+    """Send an email to the customer, at their own address only. An email about a refund
+    waits for a reviewer's approval.
 
     Args:
-        to: The recipient's email address.
+        to: The customer's email address.
         subject: The subject line.
         body: The plain-text body.
-        order_id: The order the email is about, if any.
+        order_id: The customer's order the email is about, if any.
     """
-    return record_email(to, subject, body, ctx.tool_call_id)
+    return for_the_asker(
+        ctx,
+        lambda customer: record_email(
+            to, subject, body, ctx.tool_call_id, customer=customer, order_id=order_id
+        ),
+    )
+
+
+def order_facts(calls: Sequence[tuple[dict[str, Any], Any]]) -> list[list[tuple[str, str]]]:
+    """What a reviewer should know about the order each call would touch, as the tool would
+    see it for the call's user (the run's requester); one query for all the calls. Registered
+    for the order tools in `apps.py`."""
+    read = (to_order_number(arguments.get("order_id")) for arguments, _ in calls)
+    numbers = {number for number in read if number is not None}
+    orders = {order.number: order for order in Order.objects.filter(number__in=numbers)}
+    return [_facts_of(arguments, user, orders) for arguments, user in calls]
+
+
+def _facts_of(arguments: dict[str, Any], user: Any, orders: dict[int, Order]) -> list[Any]:
+    facts: list[tuple[str, str]] = []
+    number = to_order_number(arguments.get("order_id"))
+    order = orders.get(number) if number is not None else None
+    # As `Order.objects.of_customer(user)` has it: another customer's order is not there.
+    if order is not None and (user is None or order.customer_id != user.pk):
+        order = None
+    if number is not None and order is None:
+        facts.append(("Order", f"{number}: not in this user's account; nothing will change"))
+    if order is not None:
+        amount = format_money(order.amount)
+        if order.refunded_amount:
+            amount += f" ({format_money(order.refunded_amount)} refunded)"
+        facts += [
+            ("Order", f"{order.number}: {order.item}"),
+            ("Status", order.get_status_display()),
+            ("Amount", amount),
+            ("Customer", f"{order.customer_name} <{order.customer_email}>"),
+        ]
+    to = arguments.get("to")
+    if isinstance(to, str):
+        own = {user.email} if user is not None and user.email else set()
+        if order is not None:
+            own.add(order.customer_email)
+        mine = to.strip().lower() in {address.strip().lower() for address in own}
+        facts.append(("Sends to", to if mine else f"{to}: not this user's address; not sent"))
+    return facts
 
 
 KNOWLEDGE_BASE: dict[str, str] = {

@@ -41,6 +41,7 @@ from agents.tool import ToolOriginType
 from agents.version import __version__ as SDK_VERSION
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import (
     DatabaseError,
     IntegrityError,
@@ -71,6 +72,7 @@ from common import formatting
 from conversations.items import parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session
+from engine import context as run_context
 from engine import events, executor, heartbeat, permissions, providers, registry
 from engine.executor import Job
 from engine.sql import statements
@@ -273,13 +275,14 @@ async def resume(run_id: int) -> None:
     try:
         agent = registry.get_agent(run.agent_name)
         state = await _restore(run, agent)
+        context = await _check_context(run)
     except RunFailure as failure:
         await _fail(run, str(failure))
         return
     except Exception as exc:
         await _fail(run, f"The run could not be resumed: {exc}")
         return
-    await _drive(run, agent, state)
+    await _drive(run, agent, state, context)
 
 
 @dataclass
@@ -300,12 +303,21 @@ def _run_config(run: AgentRun, agent: Agent[Any]) -> Any:
     return providers.run_config(**options)
 
 
-async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any]) -> None:
+async def _drive(
+    run: AgentRun,
+    agent: Agent[Any],
+    run_input: str | RunState[Any],
+    context: run_context.RunContext | None = None,
+) -> None:
     # The SDK runs sync tools through `asyncio.to_thread`: on the hop threads, which give
     # their connections back to the pool (a worker's loop is new for each job, and a thread
     # of a loop's own executor would end holding its connection).
     hops.adopt(asyncio.get_running_loop())
     conversation = run.conversation
+    # On whose behalf the run acts. A resumed run passes the context its state held: the SDK
+    # keeps the state's approvals when given one (openai-agents-python #4244).
+    if context is None:
+        context = run_context.RunContext.for_run(run)
     session = open_session(
         conversation.session_id,
         owner=conversation.owner_id,
@@ -315,7 +327,11 @@ async def _drive(run: AgentRun, agent: Agent[Any], run_input: str | RunState[Any
     result: RunResultStreaming | None = None
     try:
         result = Runner.run_streamed(
-            agent, run_input, session=session, run_config=_run_config(run, agent)
+            agent,
+            run_input,
+            context=context,
+            session=session,
+            run_config=_run_config(run, agent),
         )
         last_beat = time.monotonic()
         streamed = _Streamed(saved_at=last_beat)
@@ -567,7 +583,8 @@ def _origin(item: ToolApprovalItem, starting_agent: Agent[Any]) -> str:
 
 
 def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> _Outcome:
-    state = result.to_state().to_json()
+    # The context as ids only (`engine/context.py`); anything else in it refuses to be saved.
+    state = result.to_state().to_json(context_serializer=run_context.serialize, strict_context=True)
     run.trace_id = _trace_id(result) or run.trace_id
     now = timezone.now()
     expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
@@ -817,13 +834,67 @@ async def _restore(run: AgentRun, agent: Agent[Any]) -> RunState[Any]:
     requests = await db_hop(_requests_with_decisions)(run)
     _refuse_injected_approvals(saved, requests)
     try:
-        state = await RunState.from_json(agent, saved)
+        state = await RunState.from_json(
+            agent,
+            saved,
+            context_deserializer=run_context.deserialize,
+            strict_context=True,
+        )
     except Exception as exc:
         raise RunFailure(
             f"The saved state could not be read ({exc}); nothing was executed."
         ) from exc
     _apply_decisions(state, requests)
     return state
+
+
+async def _check_context(run: AgentRun) -> run_context.RunContext:
+    """The context the resumed run acts with, from its (verified) saved state: it must be this
+    run's, and the user who asked must still be active, or nothing of the paused call runs."""
+    saved = (run.state or {}).get("context") or {}
+    data = saved.get("context") if isinstance(saved, dict) else None
+    if data is None:
+        # Saved before runs carried a context: the run's own row says whom it acts for.
+        context = run_context.RunContext.for_run(run)
+    else:
+        try:
+            context = run_context.deserialize(data)
+        except (TypeError, ValueError) as exc:
+            raise RunFailure(
+                f"The saved state's context could not be read ({exc}); nothing was executed."
+            ) from exc
+    expected = run_context.RunContext.for_run(run)
+    # A user deleted while the run waited leaves `requested_by` empty (SET_NULL): the lookup
+    # below says so.
+    if (context.run_id, context.conversation_id, context.session_id) != (
+        expected.run_id,
+        expected.conversation_id,
+        expected.session_id,
+    ) or (run.requested_by_id is not None and context.user_id != run.requested_by_id):
+        raise RunFailure(
+            "The saved state acts for another run or user than this one; nothing was executed."
+        )
+    if context.user_id is not None:
+        # Loaded here, once, for the tools too (kept on the context).
+        reason = await db_hop(_requester_gone)(context)
+        if reason:
+            raise RunFailure(reason)
+    return context
+
+
+def _requester_gone(context: run_context.RunContext) -> str:
+    """Why the user who asked can no longer be acted for, or "" when they still can."""
+    try:
+        run_context.requesting_user_sync(context)
+    except run_context.RequesterUnavailable:
+        user = get_user_model().objects.filter(pk=context.user_id or 0).first()
+        if user is None:
+            return "The user who asked was deleted while the run waited; nothing was executed."
+        return (
+            f"The user who asked ({user.get_username()}) was deactivated while the run "
+            "waited; nothing was executed."
+        )
+    return ""
 
 
 def _requests_with_decisions(run: AgentRun) -> dict[str, tuple[ApprovalRequest, ApprovalDecision]]:

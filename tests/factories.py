@@ -3,11 +3,17 @@
 The shared people: alice (an end user, `make_user(username="alice")`), rita (a reviewer,
 `make_reviewer()`), olga (an operator who may view traces, `make_viewer()`) and sam (staff with
 no permission, `make_staff()`); every one has the password "pass-for-tests".
+
+With the `orders` fixture, the demo's customers exist too, each owning their seeded orders:
+alice owns 42, 44 and 46, chen 7, bruno 3, eva 15, hugo 58 (`demo/seed.py`). `make_user` of
+such a name takes that account over; `start_run` and `pause_run` ask as the customer of the
+order their text names, as the demo's tools act only on the asker's own orders.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,7 +53,13 @@ def make_user(perms: Iterable[str] = (), **kwargs: Any) -> Any:
     """A user with the permissions `perms`, each named "app_label.codename"."""
     kwargs.setdefault("username", f"user{_next()}")
     password = kwargs.pop("password", PASSWORD)
-    user = get_user_model().objects.create_user(**kwargs)
+    # A demo customer that the `orders` fixture seeded is taken over, with its orders.
+    user = get_user_model().objects.filter(username=kwargs["username"]).first()
+    if user is None:
+        user = get_user_model().objects.create_user(**kwargs)
+    else:
+        for name, value in kwargs.items():
+            setattr(user, name, value)
     user.set_password(password)
     user.save()
     return grant(user, *perms) if perms else user
@@ -101,6 +113,8 @@ def make_run(**kwargs: Any) -> AgentRun:
         kwargs["conversation"] = make_conversation(owner=owner)
     kwargs.setdefault("agent_name", "support")
     kwargs.setdefault("input", "cancel order 42")
+    # The conversation's owner asked, as in the chat: the run acts on her behalf.
+    kwargs.setdefault("requested_by", kwargs["conversation"].owner)
     kwargs.setdefault("status", RunStatus.WAITING)
     kwargs.setdefault("pause_count", 1)
     return AgentRun.objects.create(**kwargs)
@@ -136,24 +150,38 @@ def make_decision(**kwargs: Any) -> ApprovalDecision:
     return ApprovalDecision.objects.create(**kwargs)
 
 
+def customer_for(text: str) -> Any:
+    """The demo customer of the first order `text` names ("cancel order 42": alice), or a new
+    user when it names none (or no seeded order)."""
+    from demo.models import Order
+
+    named = re.search(r"\border\s+(\d+)", text)
+    order = Order.objects.filter(number=int(named.group(1))).first() if named else None
+    if order is not None and order.customer is not None:
+        return order.customer
+    return make_user(username=f"alice{AgentRun.objects.count()}")
+
+
 def start_run(text: str, agent_name: str = "support") -> Any:
-    """A run of `agent_name` on `text`, queued by a new user in a new conversation."""
+    """A run of `agent_name` on `text`, queued in a new conversation by the customer of the
+    demo order the text names (`customer_for`)."""
     from engine import runs
 
-    alice = make_user(username=f"alice{AgentRun.objects.count()}")
+    alice = customer_for(text)
     conversation = make_conversation(owner=alice, agent_name=agent_name)
     return runs.start_run(conversation, text, alice)
 
 
 def pause_run(text: str = "cancel order 42", owner: Any = None) -> AgentRun:
     """A real run of the demo agent on `text`, executed here until it asks for approval:
-    waiting, with its one pending request. Needs `transaction=True` (the tools run in worker
+    waiting, with its one pending request. `owner` (by default the customer of the order the
+    text names) asks. Needs `transaction=True` (the tools run in worker
     threads) and the `submitted` fixture (`executor.submit` recorded, not run)."""
     import asyncio
 
     from engine import runs
 
-    owner = owner or make_user()
+    owner = owner or customer_for(text)
     conversation = make_conversation(owner=owner, agent_name="support")
     run = runs.start_run(conversation, text, owner)
     asyncio.run(runs.execute(run.pk))

@@ -82,13 +82,13 @@ def test_the_reply_streams_in_and_a_paused_call_shows_live(
     open_new_chat(page, live_site)
     page.evaluate(WATCH_STREAM)
 
-    say(page, "where is order 7")
+    say(page, "where is order 44")  # one of alice's own orders
 
     reply = page.locator(".msg-assistant .markdown").last
     expect(reply).to_contain_text("Here is what I found:")
     expect(reply).to_contain_text("shipped")
-    expect(page.locator(".msg-user .bubble").last).to_have_text("where is order 7")
-    expect(page.locator(".note-tool").last).to_contain_text("lookup_order(order_id=7)")
+    expect(page.locator(".msg-user .bubble").last).to_have_text("where is order 44")
+    expect(page.locator(".note-tool").last).to_contain_text("lookup_order(order_id=44)")
     lengths = page.evaluate("window.__streamLengths")
     assert len(lengths) >= 3, lengths  # the text grew word by word before the final reply
     assert lengths == sorted(lengths)
@@ -149,13 +149,13 @@ def test_she_renames_the_chat_and_undoes_her_last_message(
 ) -> None:
     open_new_chat(page, live_site)
     box = page.get_by_label("Message")
-    box.fill("where is order 7")
+    box.fill("where is order 44")
     box.press("Shift+Enter")  # a new line, not a send
     box.press_sequentially("thanks!")
     box.press("Enter")
     expect(page.locator(".msg-assistant .markdown").last).to_contain_text("shipped")
     sent = page.locator(".msg-user .bubble").last.evaluate("el => el.textContent")
-    assert sent == "where is order 7\nthanks!"
+    assert sent == "where is order 44\nthanks!"
 
     page.get_by_text("Options").click()
     page.get_by_label("Title").fill("Headphones <order 7>")
@@ -177,7 +177,7 @@ def test_the_page_re_reads_its_messages_when_it_re_syncs(
     live_site: Any, page: Any, alice: Any
 ) -> None:
     url = open_new_chat(page, live_site)
-    say(page, "where is order 7")
+    say(page, "where is order 44")
     # `.markdown`: the finished reply, rendered from the database, not the words streaming in.
     expect(page.locator(".msg-assistant .markdown").last).to_contain_text("shipped")
 

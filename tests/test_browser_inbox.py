@@ -275,7 +275,7 @@ def test_screenshots_of_the_inbox(
 ) -> None:
     """docs/screenshots/: the inbox on a laptop and on a phone, and one request."""
     alice = make_user(username="alice")
-    chen = make_user(username="chen.wei")
+    chen = make_user(username="chen")  # the demo customer of order 7
     make_reviewer("rita", PASSWORD)
     pause("email chen.wei@example.com about my refund", chen)
     pause("research refund policy", alice)

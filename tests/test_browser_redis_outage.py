@@ -57,7 +57,7 @@ def test_the_chat_says_live_updates_are_paused_and_re_reads_until_redis_is_back(
     expect(page.locator("[data-live-status]")).to_have_text("Live updates paused")
 
     # Sent while nothing can be pushed: the reply appears when the page re-reads.
-    say(page, "where is order 7")
+    say(page, "where is order 44")  # one of alice's own orders
     reply = page.locator(".msg-assistant .markdown").last
     expect(reply).to_contain_text("shipped", timeout=12_000)
     expect(notice).to_have_text(PAUSED)

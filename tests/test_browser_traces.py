@@ -395,7 +395,7 @@ def test_screenshot_of_the_trace_viewer(
     seed_orders()
     monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
     operator()
-    chen = make_user(username="chen.wei")
+    chen = make_user(username="chen")  # the demo customer of order 7
     conversation = make_conversation(owner=chen, agent_name="support")
 
     def work() -> int:

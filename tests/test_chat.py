@@ -292,17 +292,18 @@ def test_her_text_is_escaped_and_the_agent_s_markdown_is_sanitized(
 def test_a_finished_turn_shows_her_message_the_tool_note_and_the_reply(
     client_for_alice: Client, conversation: Conversation, submitted: list
 ) -> None:
-    run = turn(client_for_alice, conversation, "where is order 7")
+    # Order 44 is one of alice's own (the tools see only the asker's orders).
+    run = turn(client_for_alice, conversation, "where is order 44")
     assert run.status == RunStatus.COMPLETED, run.error
 
     page = client_for_alice.get(f"/chats/{conversation.session_id}/")
     text = page_text(page)
 
-    assert "where is order 7" in text
-    assert "lookup_order(order_id=7) → " in text
+    assert "where is order 44" in text
+    assert "lookup_order(order_id=44) → " in text
     assert "Here is what I found:" in text and "shipped" in text
     assert "data-active" not in page.content.decode()
-    assert text.index("where is order 7") < text.index("lookup_order") < text.index("Here is")
+    assert text.index("where is order 44") < text.index("lookup_order") < text.index("Here is")
 
 
 def test_a_paused_run_says_what_it_waits_for(

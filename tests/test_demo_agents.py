@@ -7,9 +7,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from agents import FunctionTool, RunConfig, Runner, RunResult, RunState
+from agents import FunctionTool, RunConfig, RunContextWrapper, Runner, RunResult, RunState
 from agents.tool_context import ToolContext
 from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
 from openai.types.responses import ResponseTextDeltaEvent
 
 from demo import tools
@@ -17,6 +18,7 @@ from demo.agents import billing, researcher, support_desk
 from demo.models import Order, OrderEvent, SentEmail
 from demo.seed import seed_orders
 from engine import providers
+from engine.context import RunContext, deserialize, serialize
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
@@ -26,17 +28,31 @@ def make_run_config(**kwargs: Any) -> RunConfig:
     return providers.run_config(**kwargs)
 
 
-def make_tool_context(tool_name: str, arguments: dict[str, Any], call_id: str) -> ToolContext[Any]:
+def acting_for(username: str = "alice") -> RunContext:
+    """The context of a run asked by the seeded demo customer `username`."""
+    user = get_user_model().objects.get(username=username)
+    return RunContext(user_id=user.pk, conversation_id=1, session_id="conv_demo", run_id=1)
+
+
+def alice() -> Any:
+    return get_user_model().objects.get(username="alice")
+
+
+def make_tool_context(
+    tool_name: str, arguments: dict[str, Any], call_id: str, context: RunContext | None = None
+) -> ToolContext[Any]:
     return ToolContext(
-        context=None,
+        context=context,
         tool_name=tool_name,
         tool_call_id=call_id,
         tool_arguments=json.dumps(arguments),
     )
 
 
-async def run(text: str) -> RunResult:
-    return await Runner.run(support_desk, text, run_config=make_run_config())
+async def run(text: str, customer: str = "alice") -> RunResult:
+    """`text` asked by the demo customer `customer` (alice by default: orders 42, 44, 46)."""
+    context = await sync_to_async(acting_for)(customer)
+    return await Runner.run(support_desk, text, context=context, run_config=make_run_config())
 
 
 async def approve_and_resume(result: RunResult) -> RunResult:
@@ -61,7 +77,7 @@ def called_tools(result: RunResult) -> list[str]:
 
 
 async def test_it_looks_up_an_order_without_approval() -> None:
-    result = await run("where is order 7")
+    result = await run("where is order 7", customer="chen")
 
     assert called_tools(result) == ["lookup_order"]
     assert result.interruptions == []
@@ -104,9 +120,11 @@ async def test_it_relays_a_rejection_and_changes_nothing() -> None:
 
 async def test_it_resumes_from_a_saved_state() -> None:
     paused = await run("cancel order 42")
-    saved = paused.to_state().to_json()
+    saved = paused.to_state().to_json(context_serializer=serialize, strict_context=True)
 
-    state = await RunState.from_json(support_desk, saved)
+    state = await RunState.from_json(
+        support_desk, saved, context_deserializer=deserialize, strict_context=True
+    )
     state.approve(state.get_interruptions()[0])
     result = await Runner.run(support_desk, state, run_config=make_run_config())
 
@@ -115,7 +133,7 @@ async def test_it_resumes_from_a_saved_state() -> None:
 
 
 async def test_it_refuses_to_cancel_a_delivered_order() -> None:
-    result = await approve_and_resume(await run("cancel order 3"))
+    result = await approve_and_resume(await run("cancel order 3", customer="bruno"))
 
     assert "already been delivered" in result.final_output
     assert (await get_order(3)).status == Order.Status.DELIVERED
@@ -124,7 +142,7 @@ async def test_it_refuses_to_cancel_a_delivered_order() -> None:
 async def test_it_says_when_an_order_does_not_exist() -> None:
     result = await run("where is order 999")
 
-    assert "There is no order 999." in result.final_output
+    assert "Order 999 was not found in your account." in result.final_output
 
 
 async def test_it_refunds_a_small_amount_without_approval() -> None:
@@ -179,7 +197,10 @@ async def test_it_surfaces_the_researchers_approval_at_the_top() -> None:
 
 
 async def test_it_streams_the_reply_word_by_word() -> None:
-    result = Runner.run_streamed(support_desk, "where is order 7", run_config=make_run_config())
+    context = await sync_to_async(acting_for)("chen")
+    result = Runner.run_streamed(
+        support_desk, "where is order 7", context=context, run_config=make_run_config()
+    )
     deltas = [
         event.data.delta
         async for event in result.stream_events()
@@ -192,7 +213,10 @@ async def test_it_streams_the_reply_word_by_word() -> None:
 
 
 async def test_it_pauses_a_streamed_run_for_approval() -> None:
-    result = Runner.run_streamed(support_desk, "cancel order 42", run_config=make_run_config())
+    context = await sync_to_async(acting_for)("alice")
+    result = Runner.run_streamed(
+        support_desk, "cancel order 42", context=context, run_config=make_run_config()
+    )
     async for _ in result.stream_events():
         pass
 
@@ -216,32 +240,29 @@ async def test_it_holds_an_email_about_a_refund_for_approval() -> None:
 
 
 async def test_it_sends_other_emails_without_approval() -> None:
-    result = await run("email chen.wei@example.com about the delayed delivery of order 7")
+    text = "email chen.wei@example.com about the delayed delivery of order 7"
+    result = await run(text, customer="chen")
 
     assert result.interruptions == []
     assert await SentEmail.objects.filter(to="chen.wei@example.com").aexists()
 
 
-async def test_it_holds_an_email_to_someone_other_than_the_orders_customer() -> None:
-    # Order 7 is Chen Wei's (chen.wei@example.com).
-    paused = await run("email bob@example.com about the delayed delivery of order 7")
+async def test_it_emails_nobody_but_the_asker() -> None:
+    # Order 7 is Chen Wei's (chen.wei@example.com); the tool emails only the one who asks.
+    result = await run("email bob@example.com about the delayed delivery of order 7", "chen")
 
-    [interruption] = paused.interruptions
-    assert interruption.tool_name == "send_email"
-    assert json.loads(interruption.arguments or "{}")["to"] == "bob@example.com"
+    assert result.interruptions == []
+    assert "I can only email you at your own address, not at bob@example.com" in (
+        result.final_output
+    )
     assert await SentEmail.objects.acount() == 0
 
-    await approve_and_resume(paused)
 
-    assert await SentEmail.objects.filter(to="bob@example.com").aexists()
+async def test_it_sends_an_email_that_names_no_order_to_the_askers_own_address() -> None:
+    result = await run("email chen.wei@example.com about the delayed delivery", "chen")
 
-
-async def test_it_holds_an_email_that_names_no_order_for_approval() -> None:
-    paused = await run("email chen.wei@example.com about the delayed delivery")
-
-    [interruption] = paused.interruptions
-    assert interruption.tool_name == "send_email"
-    assert await SentEmail.objects.acount() == 0
+    assert result.interruptions == []
+    assert await SentEmail.objects.filter(to="chen.wei@example.com").aexists()
 
 
 async def test_it_holds_refunds_for_approval_once_their_total_passes_the_threshold() -> None:
@@ -266,7 +287,7 @@ async def test_it_holds_refunds_for_approval_once_their_total_passes_the_thresho
 
 async def test_three_small_refunds_on_one_order_never_pass_the_threshold_unreviewed() -> None:
     for _ in range(3):
-        await run("refund 45 on order 58")
+        await run("refund 45 on order 58", customer="hugo")
 
     assert (await get_order(58)).refunded_amount == Decimal("45.00")
     assert await OrderEvent.objects.filter(order__number=58).acount() == 1
@@ -275,20 +296,23 @@ async def test_three_small_refunds_on_one_order_never_pass_the_threshold_unrevie
 def test_the_refund_itself_refuses_an_unreviewed_total_above_the_threshold() -> None:
     """Checked again under the order's lock: two calls that each passed the policy while
     nothing was refunded (in parallel, or from two conversations) cannot both go through."""
-    assert "Refunded $45.00" in tools.refund(42, Decimal("45"), "call_1")
+    assert "Refunded $45.00" in tools.refund(42, Decimal("45"), "call_1", customer=alice())
 
-    refused = tools.refund(42, Decimal("45"), "call_2")
+    refused = tools.refund(42, Decimal("45"), "call_2", customer=alice())
 
     assert "needs a reviewer's approval" in refused
     assert Order.objects.get(number=42).refunded_amount == Decimal("45.00")
-    assert "Refunded $45.00" in tools.refund(42, Decimal("45"), "call_3", reviewed=True)
+    reviewed = tools.refund(42, Decimal("45"), "call_3", customer=alice(), reviewed=True)
+    assert "Refunded $45.00" in reviewed
     assert Order.objects.get(number=42).refunded_amount == Decimal("90.00")
 
 
 async def test_an_unapproved_refund_call_is_held_to_the_threshold() -> None:
-    await sync_to_async(tools.refund)(42, Decimal("40"), "call_earlier")
+    customer = await sync_to_async(alice)()
+    await sync_to_async(tools.refund)(42, Decimal("40"), "call_earlier", customer=customer)
     arguments = {"order_id": 42, "amount": 30.0}
-    context = make_tool_context("issue_refund", arguments, "call_unapproved")
+    asker = await sync_to_async(acting_for)()
+    context = make_tool_context("issue_refund", arguments, "call_unapproved", asker)
 
     output = await get_tool("issue_refund").on_invoke_tool(context, json.dumps(arguments))
 
@@ -297,17 +321,17 @@ async def test_an_unapproved_refund_call_is_held_to_the_threshold() -> None:
 
 
 def test_it_cancels_once_per_tool_call_id() -> None:
-    first = tools.cancel(42, "call_same")
-    second = tools.cancel(42, "call_same")
+    first = tools.cancel(42, "call_same", customer=alice())
+    second = tools.cancel(42, "call_same", customer=alice())
 
     assert first == second == "Order 42 (Burr coffee grinder) is now cancelled."
     assert OrderEvent.objects.filter(tool_call_id="call_same").count() == 1
 
 
 def test_it_refunds_once_per_tool_call_id() -> None:
-    tools.refund(42, Decimal("20"), "call_same")
-    tools.refund(42, Decimal("20"), "call_same")
-    tools.refund(42, Decimal("20"), "call_other")
+    tools.refund(42, Decimal("20"), "call_same", customer=alice())
+    tools.refund(42, Decimal("20"), "call_same", customer=alice())
+    tools.refund(42, Decimal("20"), "call_other", customer=alice())
 
     assert Order.objects.get(number=42).refunded_amount == Decimal("40.00")
     assert OrderEvent.objects.count() == 2
@@ -315,8 +339,9 @@ def test_it_refunds_once_per_tool_call_id() -> None:
 
 async def test_it_replays_a_tool_call_without_a_second_effect() -> None:
     arguments = {"order_id": 42, "amount": 30.0}
+    asker = await sync_to_async(acting_for)()
     for _ in range(2):
-        context = make_tool_context("issue_refund", arguments, "call_replayed")
+        context = make_tool_context("issue_refund", arguments, "call_replayed", asker)
         output = await get_tool("issue_refund").on_invoke_tool(context, json.dumps(arguments))
         assert "Refunded $30.00 on order 42" in output
 
@@ -351,7 +376,10 @@ async def test_it_replays_a_tool_call_without_a_second_effect() -> None:
 async def test_it_requires_approval_for_large_or_unreadable_refunds(
     params: dict[str, Any], expected: bool
 ) -> None:
-    assert await tools.refund_needs_approval(None, params, "call_1") is expected
+    # Order 15 is Eva's, the others alice's (or nobody's).
+    customer = "eva" if params.get("order_id") == 15 else "alice"
+    ctx = RunContextWrapper(context=await sync_to_async(acting_for)(customer))
+    assert await tools.refund_needs_approval(ctx, params, "call_1") is expected
 
 
 @pytest.mark.parametrize(
@@ -370,18 +398,20 @@ async def test_it_requires_approval_for_emails_about_refunds(
     [
         ("alice@example.com", 42, False),  # Alice Martin's own order
         ("Alice@Example.com", 42, False),
-        (" alice@example.com ", 42, False),
-        ("chen.wei@example.com", 42, True),  # another customer's address
-        ("bob@example.com", 42, True),
-        ("alice@example.com", 7, True),
-        ("alice@example.com", None, True),
-        ("alice@example.com", 999, True),
+        # Whose address or order it is does not matter here (the policy must not tell them
+        # apart): the tool emails only the asker, about her own orders.
+        ("chen.wei@example.com", 42, False),
+        ("bob@example.com", 42, False),
+        ("alice@example.com", 7, False),
+        ("alice@example.com", None, False),
+        ("alice@example.com", 999, False),
+        # Unreadable: waits.
         ("alice@example.com", "42", True),
         ("alice@example.com", True, True),
         (None, 42, True),
     ],
 )
-async def test_it_requires_approval_for_emails_to_anyone_but_the_orders_customer(
+async def test_it_requires_approval_for_unreadable_emails_whoever_they_name(
     to: str | None, order_id: object, expected: bool
 ) -> None:
     params: dict[str, Any] = {"to": to, "subject": "Your order has shipped", "body": "Hello"}
@@ -392,7 +422,9 @@ async def test_it_requires_approval_for_emails_to_anyone_but_the_orders_customer
 
 def test_it_seeds_the_demo_orders_once() -> None:
     assert seed_orders() == 0
-    assert Order.objects.count() == 8
+    assert Order.objects.count() == 10
+    assert Order.objects.get(number=42).customer.username == "alice"
+    assert Order.objects.get(number=7).customer.username == "chen"
     assert Order.objects.get(number=42).amount == Decimal("120.00")
     assert Order.objects.get(number=7).status == Order.Status.SHIPPED
 

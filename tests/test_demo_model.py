@@ -175,14 +175,14 @@ async def test_it_searches_the_knowledge_base_when_it_is_the_researcher() -> Non
 async def test_it_only_calls_tools_it_was_given() -> None:
     text = text_of(await respond("cancel order 42", tools=BILLING_TOOLS, handoffs=[]))
     assert "can't cancel" in text
-    assert "where is order 7" in text
+    assert "where is order 44" in text
     assert "cancel order 42" not in text
 
 
 async def test_it_lists_what_it_can_do_for_anything_else() -> None:
     text = text_of(await respond("hello there"))
     for phrase in [
-        "where is order 7",
+        "where is order 44",
         "cancel order 42",
         "refund 30 on order 42",
         "email alice@example.com about my refund",

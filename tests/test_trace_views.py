@@ -27,6 +27,7 @@ from tests.conftest import Traces
 from tests.factories import (
     REVIEWER,
     T0,
+    customer_for,
     grant,
     make_conversation,
     make_reviewer,
@@ -126,7 +127,8 @@ def demo(monkeypatch: pytest.MonkeyPatch, orders: None, fresh_registry: None) ->
 
 
 def run_demo(text: str, agent_name: str = "support") -> AgentRun:
-    owner = make_user()
+    """A run of the demo on `text`, asked by the customer of the order it names."""
+    owner = customer_for(text)
     conversation = make_conversation(owner=owner, agent_name=agent_name)
     run = runs.start_run(conversation, text, owner)
     asyncio.run(runs.execute(run.pk))

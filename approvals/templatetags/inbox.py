@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import template
 from django.utils import timezone
 
 from common import formatting
+from engine import facts
 
 register = template.Library()
 
@@ -27,3 +29,9 @@ def expires(value: datetime | None) -> str:
 @register.filter
 def expires_soon(value: datetime | None) -> bool:
     return value is not None and (value - timezone.now()).total_seconds() < SOON_SECONDS
+
+
+@register.filter
+def call_facts(approval: Any) -> list[tuple[str, str]]:
+    """What the request's call would touch, for the user it runs for (`engine/facts.py`)."""
+    return facts.for_request(approval)

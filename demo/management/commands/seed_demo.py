@@ -60,9 +60,10 @@ class Command(BaseCommand):
             user.is_staff = user.is_superuser = True
         if role == "reviewer":
             user.groups.add(reviewers)
-        # A password is set once, when the user is created: setting it again would log out
-        # every session of the user (and undo a password changed since).
-        if not created:
+        # A password is set once, when the user is created (or has none usable yet: a demo
+        # customer that the orders' seed made): setting it again would log out every session
+        # of the user (and undo a password changed since).
+        if not created and user.has_usable_password():
             shown = "password unchanged"
         elif settings.DEBUG:
             user.set_password(password)
