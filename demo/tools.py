@@ -263,8 +263,8 @@ def lookup_order(ctx: ToolContext[Any], order_id: int) -> str:
 
 @function_tool(needs_approval=True)
 def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
-    """Cancel one of the customer's orders that has not been delivered yet. A reviewer
-    approves every cancellation.
+    """Cancel an order that has not been delivered yet. Only the asker's own orders; a
+    reviewer approves every cancellation.
 
     Args:
         order_id: The order number to cancel.
@@ -276,7 +276,7 @@ def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
 
 @function_tool(needs_approval=refund_needs_approval)
 def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:
-    """Refund part or all of one of the customer's orders.
+    """Refund part or all of an order (only the asker's own).
 
     A refund that brings the order's refunds above $50 in total waits for a reviewer's
     approval. The total refunded can never exceed what the customer paid.

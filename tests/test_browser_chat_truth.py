@@ -100,9 +100,9 @@ def test_the_first_message_retitles_the_chat_and_a_handoff_shows_who_answers(
     expect(page.get_by_text("Start the conversation")).to_be_visible()
     expect(page.get_by_test_id("answering")).to_have_text("Support desk")
 
-    say(page, "where is order 7")
-    expect(page.get_by_test_id("chat-title")).to_have_text("where is order 7")
-    expect(page).to_have_title("where is order 7 · agentsite")
+    say(page, "where is order 44")
+    expect(page.get_by_test_id("chat-title")).to_have_text("where is order 44")
+    expect(page).to_have_title("where is order 44 · agentsite")
     expect(page.get_by_text("Start the conversation")).to_be_hidden()
     expect(page.locator(".msg-assistant .markdown").last).to_contain_text("shipped")
 
