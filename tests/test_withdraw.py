@@ -134,6 +134,9 @@ def test_a_reviewer_approving_a_moment_later_is_told_it_was_withdrawn(
     assert "Withdrawn by alice at " in page.content.decode()
     assert ApprovalDecision.objects.filter(request=request).count() == 1
     assert scripted.EXECUTED == []
+    # The history lists it as withdrawn, by alice.
+    history = client.get(reverse("inbox_history")).content.decode()
+    assert '<span class="state state-withdrawn">Withdrawn</span>' in history
 
 
 def test_only_the_person_who_asked_can_withdraw(submitted: list, settings: Any, alice: Any) -> None:
