@@ -34,6 +34,8 @@ from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.test_decide_race import race
 from tests.test_inbox_consumer import open_socket
+from tracing import recording
+from tracing.models import Span
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -99,6 +101,9 @@ def test_it_withdraws_audited_with_who_and_when_and_the_run_answers(
     assert str(audit).startswith("alice withdrew delete_account")
     assert AgentRun.objects.get(pk=run.pk).status == RunStatus.RESUMING
     assert submitted[-1] == ("resume", run.pk)
+    # The trace shows it as the decision span does any decision: who, and that it was withdrawn.
+    span = Span.objects.get(trace__trace_id=run.trace_id, name=recording.DECISION_SPAN_NAME)
+    assert (span.data["reviewer"], span.data["decision"]) == ("alice", "withdrawn")
 
     asyncio.run(runs.resume(run.pk))
 
