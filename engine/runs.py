@@ -520,7 +520,9 @@ async def _end_by_guardrail(
     message = guardrail_message(tripped)
     logger.info("Run %s: ended by a guardrail: %s", run.pk, message)
     masked = ""
-    if isinstance(tripped, InputGuardrailTripwireTriggered):
+    # Input guardrails run on a run's first turn only: a resumed run's turn holds executed
+    # calls, which are never taken back.
+    if isinstance(tripped, InputGuardrailTripwireTriggered) and run.pause_count == 0:
         try:
             await _take_back_input(session, run.input)
         except Exception:
