@@ -37,7 +37,7 @@ GREETING = "hello"
 
 @pytest.fixture
 def slow_words(settings: Any) -> None:
-    settings.AGENTSITE_DEMO_STREAM_DELAY = 0.02
+    settings.AGENTSITE_DEMO_STREAM_DELAY = 0.05
 
 
 @pytest.fixture
