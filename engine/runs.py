@@ -375,7 +375,8 @@ class _Stopper:
             self.result.cancel()
 
     def _stop_threadsafe(self) -> None:
-        self.loop.call_soon_threadsafe(self.stop)
+        with contextlib.suppress(RuntimeError):  # its loop closed: the run is over anyway
+            self.loop.call_soon_threadsafe(self.stop)
 
     async def _watch(self) -> None:
         while not self.stopped:
@@ -429,7 +430,6 @@ def stop(run: AgentRun | int, user: User | AnonymousUser | None) -> bool:
     now = timezone.now()
     if not AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(stop_requested=now):
         return False
-    recording.record_stop(run_id, user.get_username(), now)
     signal = _streaming.get(run_id)
     if signal is not None:
         signal()  # it streams in this process: no need to wait for its next read
@@ -457,6 +457,8 @@ async def _end_stopped(
             logger.exception("Run %s: the reply streamed before its stop was not saved", run.pk)
     who = await db_hop(_stopped_by)(run)
     reason = STOPPED_REASON.format(who=who)
+    # Recorded once the stream did stop (a Stop that came as the reply ended stops nothing).
+    await db_hop(recording.record_stop)(run.pk, who, timezone.now())
     if await _final_write(
         run.pk,
         False,
