@@ -61,6 +61,8 @@ LIST_STATES: dict[str, str] = {
     RunStatus.RESUMING: "Replying…",
     RunStatus.WAITING: "Waiting for approval",
     RunStatus.FAILED: "Last reply failed",
+    RunStatus.CANCELLED: "Last reply stopped",
+    RunStatus.GUARDRAIL: "Last message refused",
 }
 PREVIEW_CHARS = 80
 

@@ -81,6 +81,7 @@ def test_the_demo_guardrail_refuses_a_card_number_and_the_next_message_works(
     page = client.get(reverse("chat", args=[conversation.session_id])).content.decode()
     assert "Please don&#x27;t paste card numbers here" in page
     assert "The agent failed" not in page and CARD not in page
+    assert "Last message refused" in client.get(reverse("chats")).content.decode()
 
     again = turn(conversation, "where is order 7", alice)
 
