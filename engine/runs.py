@@ -446,15 +446,16 @@ async def _end_stopped(
     cancelled in, so the text streamed so far goes into the session as the agent's message
     (unless the session already ends with it)."""
     partial = "".join(stopper.text)
-    if partial.strip():
-        try:
-            last = await session.get_items(1)
-            said = bool(last) and message_text(last[-1]) == partial
-            if not (said and last[-1].get("role") == "assistant"):
-                message = {"type": "message", "role": "assistant", "content": partial}
-                await session.add_items([message])
-        except Exception:
-            logger.exception("Run %s: the reply streamed before its stop was not saved", run.pk)
+    try:
+        recent = await session.get_items(STOP_LOOKBACK_ITEMS)
+        added = _unanswered_calls(recent)
+        said = bool(recent) and message_text(recent[-1]) == partial
+        if partial.strip() and not (said and recent[-1].get("role") == "assistant"):
+            added.append({"type": "message", "role": "assistant", "content": partial})
+        if added:
+            await session.add_items(added)
+    except Exception:
+        logger.exception("Run %s: what was said before its stop was not saved", run.pk)
     who = await db_hop(_stopped_by)(run)
     reason = STOPPED_REASON.format(who=who)
     # Recorded once the stream did stop (a Stop that came as the reply ended stops nothing).
@@ -473,6 +474,30 @@ async def _end_stopped(
         await events.publish(
             [_run_updated(run.pk, run.conversation_id, RunStatus.CANCELLED, reason)]
         )
+
+
+# A call stopped while it ran (a resumed run's approved call, saved with the pause) has no
+# output in the session, which a model refuses on the next turn: it gets this one.
+STOPPED_CALL_OUTPUT = (
+    "The user stopped the reply while this call was running; it may or may not have completed."
+)
+STOP_LOOKBACK_ITEMS = 50
+
+
+def _unanswered_calls(items: list[Any]) -> list[dict[str, Any]]:
+    """An output for each tool call of the latest turn (since its user message) that has none."""
+    start = max((i for i, item in enumerate(items) if is_user_message(item)), default=-1)
+    turn = items[start + 1 :]
+    answered = {item.get("call_id") for item in turn if item.get("type") == "function_call_output"}
+    return [
+        {
+            "type": "function_call_output",
+            "call_id": item.get("call_id"),
+            "output": STOPPED_CALL_OUTPUT,
+        }
+        for item in turn
+        if item.get("type") == "function_call" and item.get("call_id") not in answered
+    ]
 
 
 def _stopped_by(run: AgentRun) -> str:

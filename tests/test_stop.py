@@ -10,9 +10,12 @@ database within a second; the conversation takes a new message afterwards.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
+from agents import Agent, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.test import Client
@@ -22,6 +25,7 @@ from django.utils import timezone
 from approvals.models import AgentRun, ApprovalRequest, ConsumedState, RunStatus
 from conversations.session import DjangoSession
 from engine import events, runs
+from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user, pause_run
 from tracing import recording
 from tracing.models import Span, Trace, TraceStatus
@@ -198,3 +202,58 @@ def test_the_chat_offers_stop_while_a_reply_is_written(submitted: list, alice: A
     other = Client()
     other.force_login(make_user(username="bob"))
     assert other.post(url).status_code == 404
+
+
+entered, release = threading.Event(), threading.Event()
+
+
+@function_tool(needs_approval=True)
+def close_account(account: str) -> str:
+    """Close an account (slowly: the test stops the reply while it runs)."""
+    entered.set()
+    release.wait(5)
+    return f"closed {account}"
+
+
+async def test_a_call_stopped_while_it_runs_gets_an_output_so_the_next_turn_works(
+    submitted: list, settings: Any, alice: Any
+) -> None:
+    """A resumed run's approved call was saved with the pause; stopped while it runs, it
+    would stay without an output, which a model refuses on the next turn."""
+    agent: Agent[Any] = Agent(
+        name="Closer",
+        model=ScriptedModel(
+            [
+                [function_call("close_account", {"account": "acme"}, call_id="call_close")],
+                [assistant_message("Closed.")],
+                [assistant_message("Anything else?")],
+            ]
+        ),
+        tools=[close_account],
+    )
+    name = await sync_to_async(scripted.install)(settings, agent)
+    conversation = await sync_to_async(make_conversation)(owner=alice, agent_name=name)
+    run = await sync_to_async(runs.start_run)(conversation, "close acme", alice)
+    await runs.execute(run.pk)
+    request = await ApprovalRequest.objects.aget(run=run)
+    await sync_to_async(runs.decide)(request.pk, await sync_to_async(make_reviewer)(), True)
+    entered.clear()
+    release.clear()
+    resuming = asyncio.create_task(runs.resume(run.pk))
+    assert await asyncio.to_thread(entered.wait, 5)
+
+    assert await sync_to_async(runs.stop)(run.pk, alice) is True
+    await asyncio.wait_for(resuming, 5)
+    release.set()
+
+    await run.arefresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    items = await sync_to_async(items_of)(conversation.pk)
+    outputs = [i for i in items if i.get("type") == "function_call_output"]
+    assert [(o["call_id"], o["output"]) for o in outputs] == [
+        ("call_close", runs.STOPPED_CALL_OUTPUT)
+    ]
+    again = await sync_to_async(runs.start_run)(conversation, "thanks", alice)
+    await runs.execute(again.pk)
+    await again.arefresh_from_db()
+    assert again.status == RunStatus.COMPLETED, again.error
