@@ -144,6 +144,11 @@ def _render_decided_row(request_id: int, matches: Callable[[str, str], bool], ba
     return views.render_row(approval, oob="true", back=back) + _badge()
 
 
+def _removed_row(request_id: int) -> str:
+    """A withdrawn request leaves the pending list: nobody is to decide it any more."""
+    return f'<li id="request-{request_id}" hx-swap-oob="delete"></li>'
+
+
 @database_sync_to_async
 def _render_panel(request_id: int) -> str:
     approval = _load(request_id)
@@ -200,6 +205,15 @@ class InboxConsumer(GuardedConsumer):
     async def approval_decided(self, message: dict[str, Any]) -> None:
         event = events.ApprovalDecided.model_validate(message["event"])
         await self._send(await self._decided(event))
+
+    async def approval_withdrawn(self, message: dict[str, Any]) -> None:
+        event = events.ApprovalWithdrawn.model_validate(message["event"])
+        if self.show == "pending":
+            key = event_key(event)
+            badge = await shared((*key, "badge"), _render_badge)
+            await self._send(_removed_row(event.request_id) + badge)
+        else:
+            await self._send(await self._decided(event))
 
     async def _send(self, html: str) -> None:
         if html.strip():

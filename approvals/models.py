@@ -157,6 +157,9 @@ class AgentRun(models.Model):
     # job; empty when that process keeps no heartbeat. A string, not a foreign key: the
     # claim writes it in its one UPDATE, whether or not the process's row is written yet.
     process = models.CharField(max_length=160, blank=True, default="")
+    # Set by the user's Stop while the run streams (`engine.runs.stop`): the process that
+    # runs it notices and cancels the stream.
+    stop_requested = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = AgentRunQuerySet.as_manager()
 
@@ -220,8 +223,14 @@ class ApprovalStatus(models.TextChoices):
     WITHDRAWN = "withdrawn", "Withdrawn"
 
 
-# Decided, by a reviewer or by the expiry: each has its decision, which the run resumes with.
-DECIDED_STATUSES = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED)
+# Decided, by a reviewer, by the expiry or withdrawn by the person who asked: each has its
+# decision, which the run resumes with.
+DECIDED_STATUSES = (
+    ApprovalStatus.APPROVED,
+    ApprovalStatus.REJECTED,
+    ApprovalStatus.EXPIRED,
+    ApprovalStatus.WITHDRAWN,
+)
 
 
 class ApprovalOrigin(models.TextChoices):
@@ -337,7 +346,8 @@ class ApprovalDecision(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="approval_decisions",
-        help_text="Empty when the site decided itself (expiry).",
+        help_text="Empty when the site decided itself (expiry); the person who asked, when "
+        "they withdrew the request.",
         db_index=False,  # `decision_reviewer_created` starts with it
     )
     approved = models.BooleanField()
@@ -347,6 +357,11 @@ class ApprovalDecision(models.Model):
     )
     arguments_hash = models.CharField(
         max_length=64, help_text="The hash of the arguments the reviewer saw."
+    )
+    withdrawn = models.BooleanField(
+        default=False,
+        help_text="The person who asked withdrew the request (`reviewer` is that person); "
+        "the call is rejected.",
     )
     created = models.DateTimeField(auto_now_add=True)
 
@@ -360,6 +375,6 @@ class ApprovalDecision(models.Model):
         ]
 
     def __str__(self) -> str:
-        verb = "approved" if self.approved else "rejected"
+        verb = "withdrew" if self.withdrawn else "approved" if self.approved else "rejected"
         who = self.reviewer or "the site"
         return f"{who} {verb} {self.request}"

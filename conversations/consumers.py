@@ -131,6 +131,9 @@ class ConversationConsumer(GuardedConsumer):
     async def approval_decided(self, message: dict[str, Any]) -> None:
         await self._send_run(events.ApprovalDecided.model_validate(message["event"]).run_id)
 
+    async def approval_withdrawn(self, message: dict[str, Any]) -> None:
+        await self._send_run(events.ApprovalWithdrawn.model_validate(message["event"]).run_id)
+
     async def _send_run(self, run_id: int) -> None:
         items = await open_session(self.session_id).get_items(HISTORY_ITEMS_SHOWN)
         html = await database_sync_to_async(_render_run)(

@@ -216,6 +216,8 @@ class RunView:
     entries: list[Entry]
     waiting_for: list[Call] = field(default_factory=list)
     decided: list[Decided] = field(default_factory=list)
+    # The pending requests the user may withdraw (their pks), beside the waiting notice.
+    withdrawable: list[int] = field(default_factory=list)
 
     @property
     def is_active(self) -> bool:
@@ -323,8 +325,10 @@ def run_view(
         # The run's user message is not in the session: not stored yet (queued, just
         # claimed, failed before it started) or gone (undone, cleared).
         before, turn = list(items), []
+        # A run that ended before its message reached the session (failed, stopped, or
+        # refused by a guardrail, which takes the message back) shows until the next change.
         shown = not run.is_finished or (
-            run.status == RunStatus.FAILED
+            run.status in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.GUARDRAIL)
             and run.finished is not None
             and run.finished >= conversation.updated
         )
@@ -339,6 +343,7 @@ def run_view(
         for request in loaded.requests:
             if request.is_pending:
                 view.waiting_for.append(call_for(request))
+                view.withdrawable.append(request.pk)
             elif request.is_decided:
                 view.decided.append(
                     Decided(

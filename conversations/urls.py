@@ -13,4 +13,10 @@ urlpatterns = [
     path("chats/<key:session_id>/undo/", views.chat_undo, name="chat_undo"),
     path("chats/<key:session_id>/clear/", views.chat_clear, name="chat_clear"),
     path("chats/<key:session_id>/rename/", views.chat_rename, name="chat_rename"),
+    path("chats/<key:session_id>/runs/<int:pk>/stop/", views.chat_stop, name="chat_stop"),
+    path(
+        "chats/<key:session_id>/requests/<int:pk>/withdraw/",
+        views.chat_withdraw,
+        name="chat_withdraw",
+    ),
 ]

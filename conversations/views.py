@@ -31,7 +31,7 @@ from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agentsite.db import pool
-from approvals.models import AgentRun, RunStatus
+from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from common import formatting
 from common.http import HtmxHttpRequest
 from conversations.forms import MessageForm, NewConversationForm, RenameForm
@@ -53,7 +53,16 @@ from engine.permissions import is_reviewer
 BUSY_WORKING = "The agent is still answering your last message. Send this one when it has replied."
 BUSY_WAITING = (
     "Your last request is waiting for a reviewer's approval. You can send this message "
-    "once it has been decided."
+    "once it has been decided, or once you have withdrawn the request."
+)
+# Undo refused, by what the conversation is busy with: each says what applies to undoing.
+UNDO_WORKING = (
+    "The agent is still answering your last message: you can undo it once the reply has "
+    "finished, or stop the reply first."
+)
+UNDO_WAITING = (
+    "Your last message waits for a reviewer's approval, so it can't be undone yet: withdraw "
+    "the request first (the agent then answers without it), or wait until it is decided."
 )
 CONVERSATIONS_PER_PAGE = 50
 # What the list says about a conversation whose latest run is not simply done.
@@ -63,6 +72,8 @@ LIST_STATES: dict[str, str] = {
     RunStatus.RESUMING: "Replying…",
     RunStatus.WAITING: "Waiting for approval",
     RunStatus.FAILED: "Last reply failed",
+    RunStatus.CANCELLED: "Last reply stopped",
+    RunStatus.GUARDRAIL: "Last message refused",
 }
 PREVIEW_CHARS = 80
 
@@ -97,12 +108,14 @@ def _display_title(conversation: Conversation, history: History | None = None) -
     return history.title if history is not None else display_title(conversation)
 
 
-def _busy_message(conversation: Conversation) -> str | None:
+def _busy_message(conversation: Conversation, *, undo: bool = False) -> str | None:
     # A conversation takes one message at a time: its agent is working or waits for a reviewer.
     busy = AgentRun.objects.filter(conversation=conversation).busy()
     status = busy.values_list("status", flat=True).first()
     if status is None:
         return None
+    if undo:
+        return UNDO_WAITING if status == RunStatus.WAITING else UNDO_WORKING
     return BUSY_WAITING if status == RunStatus.WAITING else BUSY_WORKING
 
 
@@ -436,9 +449,9 @@ UNREADABLE = (
 @require_POST
 def chat_undo(request: HttpRequest, session_id: str) -> HttpResponse:
     conversation = _get_conversation_for_user(request, session_id)
-    busy = _busy_message(conversation)
+    busy = _busy_message(conversation, undo=True)
     if busy:
-        messages.error(request, "You can undo once the agent has finished. " + busy)
+        messages.error(request, busy)
         return redirect("chat", session_id=session_id)
     try:
         removed = async_to_sync(_undo_last_exchange)(open_session(conversation.session_id))
@@ -489,3 +502,49 @@ def chat_rename(request: HttpRequest, session_id: str) -> HttpResponse:
     conversation.save(update_fields=["title"])
     messages.success(request, "Renamed." if conversation.title else "The title was removed.")
     return redirect("chat", session_id=session_id)
+
+
+# --- withdraw and stop ----------------------------------------------------------------------
+
+
+def _action_answer(
+    request: HtmxHttpRequest, conversation: Conversation, text: str, *, ok: bool
+) -> HttpResponse:
+    """What a Withdraw or Stop answers: for htmx, the note beside its button (the run's
+    block itself arrives over the socket); else the chat page with the note as a flash."""
+    if request.htmx:
+        return render(request, "conversations/chat.html#run-action-note", {"note": text, "ok": ok})
+    (messages.success if ok else messages.error)(request, text)
+    return redirect("chat", session_id=conversation.session_id)
+
+
+@login_required
+@require_POST
+def chat_withdraw(request: HtmxHttpRequest, session_id: str, pk: int) -> HttpResponse:
+    """The owner takes back a request of this conversation that waits for a reviewer."""
+    conversation = _get_conversation_for_user(request, session_id)
+    approval = get_object_or_404(ApprovalRequest, pk=pk, run__conversation=conversation)
+    try:
+        runs.withdraw(approval, request.user)
+    except runs.DecisionRefused as refusal:
+        return _action_answer(request, conversation, str(refusal), ok=False)
+    return _action_answer(
+        request, conversation, "Withdrawn. The agent is answering without it…", ok=True
+    )
+
+
+@login_required
+@require_POST
+def chat_stop(request: HtmxHttpRequest, session_id: str, pk: int) -> HttpResponse:
+    """The owner stops a reply of this conversation that is being written."""
+    conversation = _get_conversation_for_user(request, session_id)
+    run = get_object_or_404(AgentRun, pk=pk, conversation=conversation)
+    try:
+        stopping = runs.stop(run, request.user)
+    except runs.DecisionRefused as refusal:
+        return _action_answer(request, conversation, str(refusal), ok=False)
+    if not stopping:
+        return _action_answer(
+            request, conversation, "This reply had already ended; nothing was stopped.", ok=False
+        )
+    return _action_answer(request, conversation, "Stopping…", ok=True)

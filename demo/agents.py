@@ -10,6 +10,7 @@ from typing import Any
 
 from agents import Agent
 
+from .guardrails import no_card_numbers
 from .tools import cancel_order, issue_refund, lookup_order, search_knowledge_base, send_email
 
 researcher: Agent[Any] = Agent(
@@ -35,6 +36,7 @@ billing: Agent[Any] = Agent(
         "that the support desk handles those. Be brief and precise about amounts."
     ),
     tools=[lookup_order, issue_refund],
+    input_guardrails=[no_card_numbers],
 )
 
 support_desk: Agent[Any] = Agent(
@@ -64,6 +66,7 @@ support_desk: Agent[Any] = Agent(
         ),
     ],
     handoffs=[billing],
+    input_guardrails=[no_card_numbers],
 )
 
 # Billing hands back what it cannot do ("I have a support desk question"): a conversation goes

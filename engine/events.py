@@ -101,6 +101,12 @@ class ApprovalDecided(Event):
         return [INBOX_GROUP, conversation_group(self.conversation_id)]
 
 
+class ApprovalWithdrawn(ApprovalDecided):
+    """The person who asked withdrew the request: it leaves every open inbox."""
+
+    type: Literal["approval.withdrawn"] = "approval.withdrawn"  # type: ignore[assignment]
+
+
 class RunUpdated(Event):
     type: Literal["run.updated"] = "run.updated"
     run_id: int

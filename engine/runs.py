@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -32,9 +33,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agents import Agent, Runner, RunResultStreaming
+from agents.exceptions import InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered
 from agents.items import ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS, RunState
 from agents.tool import ToolOriginType
@@ -69,14 +71,14 @@ from approvals.models import (
     arguments_hash,
 )
 from common import formatting
-from conversations.items import parse_arguments
+from conversations.items import is_user_message, message_text, parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session
 from engine import context as run_context
 from engine import events, executor, heartbeat, permissions, providers, registry
 from engine.executor import Job
 from engine.sql import statements
-from tracing import recording
+from tracing import recording, redaction
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
@@ -325,6 +327,7 @@ async def _drive(
         conversation_pk=conversation.pk,
     )
     result: RunResultStreaming | None = None
+    stopper: _Stopper | None = None
     try:
         result = Runner.run_streamed(
             agent,
@@ -333,6 +336,7 @@ async def _drive(
             session=session,
             run_config=_run_config(run, agent),
         )
+        stopper = _Stopper.watching(run, result)
         last_beat = time.monotonic()
         streamed = _Streamed(saved_at=last_beat)
         async for stream_event in result.stream_events():
@@ -340,6 +344,8 @@ async def _drive(
                 # A run that streams is alive: `recover_runs` only fails runs gone quiet.
                 last_beat = time.monotonic()
                 await db_hop(_heartbeat)(run.pk)
+            if stream_event.type == "raw_response_event":
+                stopper.heard(stream_event.data)
             if stream_event.type == "raw_response_event" and isinstance(
                 stream_event.data, ResponseTextDeltaEvent
             ):
@@ -358,9 +364,19 @@ async def _drive(
                 streamed.add(delta)
             if streamed.due():
                 await db_hop(_save_streamed)(run.pk, streamed.text())
+    except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as tripped:
+        await _end_by_guardrail(run, session, tripped, result)
+        return
     except Exception as exc:
         logger.warning("Run %s failed: %r", run.pk, exc)
         await _fail(run, f"The agent failed: {type(exc).__name__}: {exc}", result)
+        return
+    finally:
+        if stopper is not None:
+            stopper.done()
+    assert stopper is not None
+    if stopper.stopped:
+        await _end_stopped(run, session, stopper, result)
         return
     if result.interruptions:
         outcome = await _final_write(run.pk, _Outcome(), _save_pause, run, agent, result)
@@ -408,6 +424,266 @@ def _save_streamed(run_id: int, text: str) -> None:
     except FINAL_WRITE_ERRORS as exc:
         # Only what a reload shows: the run goes on, and the next save catches up.
         logger.warning("Run %s: what it streamed could not be stored (%r).", run_id, exc)
+
+
+# --- stopping a streamed run -----------------------------------------------------------------
+
+# How often a streaming run reads whether its user pressed Stop in another process; a Stop
+# taken by the process that runs it cancels at once (`_streaming`).
+STOP_POLL_SECONDS = 1.0
+STOPPED_REASON = "Stopped by {who}."
+# Runs streaming in this process, and how to stop each, from any thread.
+_streaming: dict[int, Callable[[], None]] = {}
+
+
+class _Stopper:
+    """Cancels a streamed run when its user asks (`stop` marks the run): at once when the
+    Stop reaches this process, else within `STOP_POLL_SECONDS` (one indexed read a second
+    while the run streams, never a write per token). Keeps the text of the response being
+    streamed, which the SDK drops on a cancel, so that what was said stays."""
+
+    def __init__(self, run: AgentRun, result: RunResultStreaming) -> None:
+        self.run_id = run.pk
+        # A stop counts from this stream's claim on (a stop that came too late for an
+        # earlier stream of the run, which paused meanwhile, does not stop this one).
+        self.since = run.updated
+        self.result = result
+        self.stopped = False
+        self.text: list[str] = []
+        self.loop = asyncio.get_running_loop()
+        self.watcher = self.loop.create_task(self._watch())
+        _streaming[run.pk] = self._stop_threadsafe
+
+    @classmethod
+    def watching(cls, run: AgentRun, result: RunResultStreaming) -> _Stopper:
+        stopper = cls(run, result)
+        if run.stop_requested is not None and run.stop_requested >= stopper.since:
+            stopper.stop()
+        return stopper
+
+    def heard(self, data: Any) -> None:
+        kind = getattr(data, "type", "")
+        if kind == "response.created":
+            self.text.clear()  # a finished response is in the session already
+        elif isinstance(data, ResponseTextDeltaEvent):
+            self.text.append(data.delta)
+
+    def stop(self) -> None:
+        if not self.stopped and not self.result.is_complete:
+            self.stopped = True
+            self.result.cancel()
+
+    def _stop_threadsafe(self) -> None:
+        with contextlib.suppress(RuntimeError):  # its loop closed: the run is over anyway
+            self.loop.call_soon_threadsafe(self.stop)
+
+    async def _watch(self) -> None:
+        while not self.stopped:
+            await asyncio.sleep(STOP_POLL_SECONDS)
+            if await db_hop(_stop_requested)(self.run_id, self.since):
+                self.stop()
+
+    def done(self) -> None:
+        _streaming.pop(self.run_id, None)
+        self.watcher.cancel()
+
+
+def _stop_requested(run_id: int, since: Any) -> bool:
+    try:
+        return AgentRun.objects.filter(pk=run_id, stop_requested__gte=since).exists()
+    except FINAL_WRITE_ERRORS:
+        return False  # the database is away for a moment: the next read asks again
+
+
+def stop(run: AgentRun | int, user: User | AnonymousUser | None) -> bool:
+    """The conversation's owner stops a reply: a run that has not started (queued, or
+    decided and not resumed yet) is cancelled at once, nothing of it executed; a streaming
+    one is marked, and the process that runs it cancels the SDK's stream, keeps what was
+    already said in the chat and the session, and ends the run as cancelled. False when
+    the run had already ended (or paused: a waiting request is withdrawn instead).
+
+    Raises:
+        DecisionRefused: the user is not the one the conversation belongs to.
+    """
+    run_id = run.pk if isinstance(run, AgentRun) else int(run)
+    found = (
+        AgentRun.objects.filter(pk=run_id)
+        .values_list("conversation__owner_id", "conversation_id")
+        .first()
+    )
+    if user is None or not user.is_authenticated or found is None or found[0] != user.pk:
+        raise DecisionRefused("Only the person who asked can stop this reply.")
+    conversation_id = found[1]
+    reason = STOPPED_REASON.format(who=user.get_username())
+    if _fail_sync(
+        run_id,
+        reason,
+        from_statuses=(RunStatus.QUEUED, RunStatus.RESUMING),
+        status=RunStatus.CANCELLED,
+    ):
+        recording.record_stop(run_id, user.get_username(), timezone.now())
+        events.publish_threadsafe(
+            [_run_updated(run_id, conversation_id, RunStatus.CANCELLED, reason)]
+        )
+        return True
+    now = timezone.now()
+    if not AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(stop_requested=now):
+        return False
+    signal = _streaming.get(run_id)
+    if signal is not None:
+        signal()  # it streams in this process: no need to wait for its next read
+    return True
+
+
+astop = sync_to_async(stop)
+
+
+async def _end_stopped(
+    run: AgentRun, session: Any, stopper: _Stopper, result: RunResultStreaming
+) -> None:
+    """What was said before the Stop stays: the SDK stores no part of a response it was
+    cancelled in, so the text streamed so far goes into the session as the agent's message
+    (unless the session already ends with it)."""
+    partial = "".join(stopper.text)
+    try:
+        recent = await session.get_items(STOP_LOOKBACK_ITEMS)
+        added = _unanswered_calls(recent)
+        said = bool(recent) and message_text(recent[-1]) == partial
+        if partial.strip() and not (said and recent[-1].get("role") == "assistant"):
+            added.append({"type": "message", "role": "assistant", "content": partial})
+        if added:
+            await session.add_items(added)
+    except Exception:
+        logger.exception("Run %s: what was said before its stop was not saved", run.pk)
+    who = await db_hop(_stopped_by)(run)
+    reason = STOPPED_REASON.format(who=who)
+    # Recorded once the stream did stop (a Stop that came as the reply ended stops nothing).
+    await db_hop(recording.record_stop)(run.pk, who, timezone.now())
+    if await _final_write(
+        run.pk,
+        False,
+        functools.partial(
+            _fail_sync, from_statuses=(RunStatus.RUNNING,), status=RunStatus.CANCELLED
+        ),
+        run.pk,
+        reason,
+        result,
+        lost_reason=reason,
+    ):
+        await events.publish(
+            [_run_updated(run.pk, run.conversation_id, RunStatus.CANCELLED, reason)]
+        )
+
+
+# A call stopped while it ran (a resumed run's approved call, saved with the pause) has no
+# output in the session, which a model refuses on the next turn: it gets this one.
+STOPPED_CALL_OUTPUT = (
+    "The user stopped the reply while this call was running; it may or may not have completed."
+)
+STOP_LOOKBACK_ITEMS = 50
+
+
+def _unanswered_calls(items: list[Any]) -> list[dict[str, Any]]:
+    """An output for each tool call of the latest turn (since its user message) that has none."""
+    start = max((i for i, item in enumerate(items) if is_user_message(item)), default=-1)
+    turn = items[start + 1 :]
+    answered = {item.get("call_id") for item in turn if item.get("type") == "function_call_output"}
+    return [
+        {
+            "type": "function_call_output",
+            "call_id": item.get("call_id"),
+            "output": STOPPED_CALL_OUTPUT,
+        }
+        for item in turn
+        if item.get("type") == "function_call" and item.get("call_id") not in answered
+    ]
+
+
+def _stopped_by(run: AgentRun) -> str:
+    owner = Conversation.objects.filter(pk=run.conversation_id).values_list(
+        "owner__username", flat=True
+    )
+    return owner.first() or "the user"
+
+
+# --- guardrails -------------------------------------------------------------------------------
+
+GUARDRAIL_INPUT_MESSAGE = (
+    "Your message was not answered: a safety check of this agent refused it ({name})."
+)
+GUARDRAIL_OUTPUT_MESSAGE = "The agent's reply was held back by a safety check ({name})."
+
+
+def guardrail_message(
+    tripped: InputGuardrailTripwireTriggered | OutputGuardrailTripwireTriggered,
+) -> str:
+    """What the user reads when a guardrail ends the run: the guardrail's own words (its
+    `output_info`, a text or a mapping with a "message"), else a plain sentence naming it."""
+    result = tripped.guardrail_result
+    info = result.output.output_info
+    if isinstance(info, dict):
+        info = info.get("message")
+    if isinstance(info, str) and info.strip():
+        return info.strip()[:MAX_MESSAGE_CHARS]
+    name = result.guardrail.get_name() if hasattr(result.guardrail, "get_name") else "guardrail"
+    if isinstance(tripped, InputGuardrailTripwireTriggered):
+        return GUARDRAIL_INPUT_MESSAGE.format(name=name)
+    return GUARDRAIL_OUTPUT_MESSAGE.format(name=name)
+
+
+async def _end_by_guardrail(
+    run: AgentRun,
+    session: Any,
+    tripped: InputGuardrailTripwireTriggered | OutputGuardrailTripwireTriggered,
+    result: RunResultStreaming | None,
+) -> None:
+    """A guardrail that trips ends the run as "guardrail", with its message for the user.
+
+    An input guardrail refused the message: the SDK had already stored it in the session,
+    where the agent (and every guardrail, which reads the whole history) would meet it again
+    on each later turn; it is taken out, and the run keeps it masked (card numbers, emails,
+    ... as traces mask them), so a refused message is not kept as it was pasted."""
+    message = guardrail_message(tripped)
+    logger.info("Run %s: ended by a guardrail: %s", run.pk, message)
+    masked = ""
+    # Input guardrails run on a run's first turn only: a resumed run's turn holds executed
+    # calls, which are never taken back.
+    if isinstance(tripped, InputGuardrailTripwireTriggered) and run.pause_count == 0:
+        try:
+            await _take_back_input(session, run.input)
+        except Exception:
+            logger.exception("Run %s: the refused message could not be taken out", run.pk)
+        masked = redaction.mask_text(run.input)
+    if await _final_write(
+        run.pk,
+        False,
+        functools.partial(
+            _fail_sync,
+            from_statuses=(RunStatus.RUNNING,),
+            status=RunStatus.GUARDRAIL,
+            masked_input=masked,
+        ),
+        run.pk,
+        message,
+        result,
+        lost_reason=message,
+    ):
+        await events.publish(
+            [_run_updated(run.pk, run.conversation_id, RunStatus.GUARDRAIL, message)]
+        )
+
+
+async def _take_back_input(session: Any, text: str) -> None:
+    """Pop the session's newest items back to and with the user's message `text`, if it is
+    the newest user message (items of other runs are never touched)."""
+    items = await session.get_items(20)
+    for index in range(len(items) - 1, -1, -1):
+        if is_user_message(items[index]):
+            if message_text(items[index]).strip() != text.strip():
+                return
+            for _ in range(len(items) - index):
+                await session.pop_item()
+            return
 
 
 # --- the final write, through a database outage ---------------------------------------------
@@ -726,20 +1002,27 @@ def _fail_sync(
     from_statuses: tuple[str, ...] = ACTIVE_STATUSES,
     quiet_since: Any = None,
     owned_by: str | None = None,
+    status: str = RunStatus.FAILED,
+    masked_input: str = "",
 ) -> bool:
     """Fail the run if it is still in one of `from_statuses`; True if this call failed it.
+    (Or end it with another finished `status`: cancelled, guardrail; `reason` is its
+    message, and `masked_input` replaces what the user wrote.)
 
     Its saved state goes with it: a failed run can never be resumed, whatever its status is
     set back to later."""
     now = timezone.now()
     changes: dict[str, Any] = {
-        "status": RunStatus.FAILED,
+        "status": status,
         "error": reason,
         "state": None,
         "state_signature": "",
+        "streamed_text": "",
         "finished": now,
         "updated": now,
     }
+    if masked_input:
+        changes["input"] = masked_input
     if result is not None:
         changes["usage"] = _usage(result)
         if _trace_id(result):
@@ -958,7 +1241,7 @@ def _apply_decisions(
 
 def rejection_text(request: ApprovalRequest, decision: ApprovalDecision) -> str:
     """What the model reads as the tool's output when a call is rejected."""
-    if request.status == ApprovalStatus.EXPIRED:
+    if request.status in (ApprovalStatus.EXPIRED, ApprovalStatus.WITHDRAWN):
         return decision.message
     if decision.message:
         return f"A reviewer rejected this tool call: {decision.message}"
@@ -995,6 +1278,45 @@ def decide(
 
 adecide = sync_to_async(decide)
 
+# What the model reads when the person who asked withdrew the call ("not approved" too, the
+# words the demo model and most models take for a refusal).
+WITHDRAWN_MESSAGE = "The user withdrew this request: it was not approved and did not run."
+
+
+def withdraw(request: ApprovalRequest | int, user: User | AnonymousUser | None) -> ApprovalDecision:
+    """The person who asked takes back a request that waits for a reviewer: it is closed as
+    withdrawn (audited as a decision by that person), it leaves every open inbox, and the
+    run resumes with the call rejected, so the agent answers and the conversation is free.
+
+    The same conditional UPDATE as `decide`: a withdraw and a reviewer's click race for the
+    request, and exactly one of them wins.
+
+    Raises:
+        AlreadyDecided / RequestClosed: with a message for the user ("Already approved by
+            rita at ...").
+        DecisionRefused: the user is not the one the conversation belongs to.
+    """
+    request_id = request.pk if isinstance(request, ApprovalRequest) else int(request)
+    owner = (
+        ApprovalRequest.objects.filter(pk=request_id)
+        .values_list("run__conversation__owner_id", flat=True)
+        .first()
+    )
+    if user is None or not user.is_authenticated or owner is None or owner != user.pk:
+        raise DecisionRefused("Only the person who asked can withdraw this request.")
+    return _record_decision(
+        request_id,
+        cast("User", user),  # authenticated
+        False,
+        message=WITHDRAWN_MESSAGE,
+        always=False,
+        seen_hash=None,
+        withdrawn=True,
+    )
+
+
+awithdraw = sync_to_async(withdraw)
+
 
 def _record_decision(
     request: ApprovalRequest | int,
@@ -1005,6 +1327,7 @@ def _record_decision(
     always: bool,
     seen_hash: str | None,
     expired: bool = False,
+    withdrawn: bool = False,
 ) -> ApprovalDecision:
     request_id = request.pk if isinstance(request, ApprovalRequest) else int(request)
     message = (message or "").strip()[:MAX_MESSAGE_CHARS]
@@ -1034,13 +1357,16 @@ def _record_decision(
         status = (
             ApprovalStatus.EXPIRED
             if expired
+            else ApprovalStatus.WITHDRAWN
+            if withdrawn
             else ApprovalStatus.APPROVED
             if approve
             else ApprovalStatus.REJECTED
         )
-        # The sweep expires a request once it is overdue; a reviewer decides it while open.
+        # The sweep expires a request once it is overdue; a reviewer decides it while open;
+        # the person who asked may withdraw it while it waits.
         requests = ApprovalRequest.objects.filter(pk=request_id)
-        decidable = requests.pending() if expired else requests.open(now)
+        decidable = requests.pending() if expired or withdrawn else requests.open(now)
         if decidable.update(status=status, decided_at=now, decided_by=reviewer) != 1:
             _refuse(request_id, now)
         decision = ApprovalDecision.objects.create(
@@ -1050,12 +1376,14 @@ def _record_decision(
             message=message,
             always=always,
             arguments_hash=seen_hash or current.arguments_hash,
+            withdrawn=withdrawn,
         )
         claimed = _claim_for_resume(run, current.pause)
         # In this transaction: the trace shows the decision exactly when the audit does.
         recording.record_decision(current, decision, status, run)
         recording.follow_run(run, RunStatus.RESUMING if claimed else run.status)
-        decided = events.ApprovalDecided(
+        decided_event = events.ApprovalWithdrawn if withdrawn else events.ApprovalDecided
+        decided = decided_event(
             request_id=request_id,
             run_id=run.pk,
             conversation_id=run.conversation_id,
@@ -1077,9 +1405,11 @@ def _record_decision(
 def _refuse(request_id: int, now: Any) -> None:
     request = ApprovalRequest.objects.select_related("decided_by").get(pk=request_id)
     when = request.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if request.decided_at else ""
+    who = request.decided_by.get_username() if request.decided_by else "someone"
     if request.status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
-        who = request.decided_by.get_username() if request.decided_by else "someone"
         raise AlreadyDecided(f"Already {request.status} by {who} at {when}.")
+    if request.status == ApprovalStatus.WITHDRAWN:
+        raise AlreadyDecided(f"Withdrawn by {who} at {when}.")
     if request.status == ApprovalStatus.EXPIRED or request.expires_at <= now:
         expired_at = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         raise RequestExpired(f"This request expired at {expired_at}; it can no longer be decided.")

@@ -338,8 +338,9 @@ def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(
     open_trace(page, live_site, run.trace_id)
     page.evaluate("window.notReloaded = true")
     rows = page.locator("#trace-tree .row")
-    # Task, agent, turn, generation, and the call that waits for a reviewer.
-    expect(rows).to_have_count(5)
+    # Task, agent, the demo's input guardrail, turn, generation, and the call that waits for
+    # a reviewer.
+    expect(rows).to_have_count(6)
     expect(rows.filter(has_text="cancel_order")).to_have_count(1)
     expect(page.locator("#trace-summary .status")).to_have_text("Waiting")
 
@@ -359,7 +360,7 @@ def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(
     # The open page grows: the decision, then the resumed half, and the run ends OK.
     expect(rows.filter(has_text="approve · rita")).to_have_count(1)
     expect(rows.filter(has_text="resumed")).to_have_count(1)
-    expect(rows).to_have_count(5 + 1 + 5)
+    expect(rows).to_have_count(6 + 1 + 5)
     expect(page.locator("#trace-summary .status")).to_have_text("OK")
     assert page.evaluate("window.notReloaded") is True
     assert_waterfall_placed(page)  # the tree re-read by htmx is placed too

@@ -13,7 +13,14 @@ from django.utils import timezone
 
 from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus
 from tests.factories import make_conversation
-from tracing.models import Span, Trace, TraceStatus, status_expression, trace_status
+from tracing.models import (
+    GUARDRAIL_TRIPPED,
+    Span,
+    Trace,
+    TraceStatus,
+    status_expression,
+    trace_status,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -98,7 +105,8 @@ def test_a_runs_trace_follows_its_run_and_any_error_wins() -> None:
         RunStatus.RESUMING: TraceStatus.RUNNING,
         RunStatus.COMPLETED: TraceStatus.OK,
         RunStatus.FAILED: TraceStatus.ERROR,
-        RunStatus.CANCELLED: TraceStatus.ERROR,
+        # Stopped by its user, ended by its guardrail: neither is a failure.
+        RunStatus.CANCELLED: TraceStatus.OK,
         RunStatus.GUARDRAIL: TraceStatus.OK,
     }
     assert trace_status(RunStatus.COMPLETED, has_error=True) == TraceStatus.ERROR
@@ -142,11 +150,43 @@ def test_the_sql_rule_gives_what_the_python_rule_gives() -> None:
     assert all(trace.derived_status() == trace.status for trace in fresh)
 
 
-def test_a_request_is_decided_once_approved_rejected_or_expired() -> None:
+def test_only_a_guardrail_s_tripwire_is_an_error_that_does_not_fail_a_trace() -> None:
+    """The SDK marks the agent span of a run its guardrail ended with an error; any other
+    error, with or without a message, still fails the trace (in SQL and in Python)."""
+    errors = {
+        "tripped": {"message": GUARDRAIL_TRIPPED, "data": {"guardrail": "no card numbers"}},
+        "boom": {"message": "boom"},
+        "no message": {"data": {"x": 1}},
+        "text": "boom",
+        "null message": {"message": None},
+    }
+    for name, error in errors.items():
+        trace = Trace.objects.create(trace_id=f"trace_{name}", run=_run(RunStatus.GUARDRAIL))
+        Span.objects.create(span_id=f"span_{name}", trace=trace, span_type="agent", error=error)
+        followed = Value(trace_status(RunStatus.GUARDRAIL))
+        Trace.objects.filter(pk=trace.pk).update(status=status_expression(followed))
+    statuses = dict(Trace.objects.values_list("trace_id", "status"))
+    assert statuses == {
+        "trace_tripped": TraceStatus.OK,
+        "trace_boom": TraceStatus.ERROR,
+        "trace_no message": TraceStatus.ERROR,
+        "trace_text": TraceStatus.ERROR,
+        "trace_null message": TraceStatus.ERROR,
+    }
+    for trace in Trace.objects.select_related("run"):
+        assert trace.derived_status() == trace.status, trace.trace_id
+
+
+def test_a_request_is_decided_once_approved_rejected_expired_or_withdrawn() -> None:
     run = _run()
     decided = {
         status
         for status in ApprovalStatus.values
         if _request(run, status=status, expires_at=timezone.now()).is_decided
     }
-    assert decided == {ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED}
+    assert decided == {
+        ApprovalStatus.APPROVED,
+        ApprovalStatus.REJECTED,
+        ApprovalStatus.EXPIRED,
+        ApprovalStatus.WITHDRAWN,
+    }

@@ -213,7 +213,7 @@ async def test_a_running_agent_grows_its_open_trace_page(
     assert notes == [
         "Run running — refreshing…",
         "Run completed — refreshing…",
-        "7 new spans — refreshing…",
+        "8 new spans — refreshing…",  # with the demo's input guardrail
     ]
     await communicator.disconnect()
 

@@ -687,6 +687,7 @@ def test_a_run_with_a_tool_call_shows_its_tree_and_waterfall(
     assert tree_lines(html) == [
         "task agentsite: Support desk",
         "  agent Support desk",
+        "    guardrail no card numbers",
         "    turn turn 1: Support desk",
         "      generation offline-demo",
         "      function lookup_order",
@@ -694,13 +695,14 @@ def test_a_run_with_a_tool_call_shows_its_tree_and_waterfall(
         "      generation offline-demo",
     ]
     assert html.count('<details class="node"') == 4  # task, agent and turns fold
-    assert html.count('<div class="row leaf') == 3
+    assert html.count('<div class="row leaf') == 4  # with the demo's input guardrail
     bars = re.findall(
         r'class="bar kind-(\w+)" aria-hidden="true"><rect x="([\d.]+)%" width="([\d.]+)%"', html
     )
     assert [kind for kind, _, _ in bars] == [
         "task",
         "agent",
+        "guardrail",
         "turn",
         "generation",
         "function",
@@ -823,6 +825,7 @@ def test_an_approved_run_is_one_trace_with_both_halves_and_the_decision(
     assert tree_lines(html) == [
         "task agentsite: Support desk",
         "  agent Support desk",
+        "    guardrail no card numbers",
         "    turn turn 1: Support desk",
         "      generation offline-demo",
         "      function cancel_order",
@@ -875,7 +878,7 @@ def test_the_json_export_is_the_trace_as_the_sdk_exported_it(
         sdk_spans, key=lambda s: s["id"]
     )
     kinds = {span["span_data"]["type"] for span in exported["spans"]}
-    assert kinds == {"custom", "agent", "generation", "function", "handoff"}
+    assert kinds == {"custom", "agent", "guardrail", "generation", "function", "handoff"}
 
 
 @pytest.mark.django_db(transaction=True)

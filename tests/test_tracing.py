@@ -96,6 +96,7 @@ def test_a_run_with_a_tool_call_is_stored_as_the_tree_the_sdk_emitted(traces: Tr
     assert shape(run.trace_id) == [
         "task agentsite: Support desk",
         "  agent Support desk",
+        "    guardrail no card numbers",  # the demo's input guardrail, before the model
         "    turn turn 1: Support desk",
         "      generation offline-demo",
         "      function lookup_order",
@@ -125,6 +126,7 @@ def test_a_run_with_a_handoff_is_stored_as_the_tree_the_sdk_emitted(traces: Trac
     assert shape(run.trace_id) == [
         "task agentsite: Support desk",
         "  agent Support desk",
+        "    guardrail no card numbers",  # the demo's input guardrail, before the model
         "    turn turn 1: Support desk",
         "      generation offline-demo",
         "      handoff Support desk → Billing",

@@ -24,14 +24,23 @@ class TraceStatus(models.TextChoices):
 
 
 # A run's trace follows its run: the trace's status for each status of the run (any other,
-# queued to resuming: running).
+# queued to resuming: running). A run its user stopped, or its guardrail ended, did not fail:
+# an operator's "Error" means something broke; the trace's spans say who stopped it
+# (`tracing.recording.STOP_SPAN_NAME`) or which guardrail tripped.
 RUN_TRACE_STATUS: dict[str, TraceStatus] = {
     RunStatus.WAITING: TraceStatus.WAITING,
     RunStatus.COMPLETED: TraceStatus.OK,
     RunStatus.FAILED: TraceStatus.ERROR,
-    RunStatus.CANCELLED: TraceStatus.ERROR,
+    RunStatus.CANCELLED: TraceStatus.OK,
     RunStatus.GUARDRAIL: TraceStatus.OK,
 }
+# The error the SDK sets on the agent span of a run that a guardrail's tripwire ended: the
+# guardrail did its job, so that error alone does not fail the trace.
+GUARDRAIL_TRIPPED = "Guardrail tripwire triggered"
+# A span whose error fails its trace.
+FAILED_SPAN = Q(error__isnull=False) & (
+    Q(error__message__isnull=True) | ~Q(error__message=GUARDRAIL_TRIPPED)
+)
 
 
 def trace_status(
@@ -43,9 +52,10 @@ def trace_status(
 ) -> str:
     """The rule of a trace's status (`status_expression` is the same rule in SQL).
 
-    A span with an error fails the trace. Otherwise a run's trace follows its run
-    (`RUN_TRACE_STATUS`); any other trace, still running, is done once its root span (it
-    ends last) has arrived, and else keeps its `stored` status.
+    A span with an error fails the trace (`FAILED_SPAN`: a guardrail's tripwire is none).
+    Otherwise a run's trace follows its run (`RUN_TRACE_STATUS`); any other trace, still
+    running, is done once its root span (it ends last) has arrived, and else keeps its
+    `stored` status.
     """
     if has_error:
         return TraceStatus.ERROR
@@ -64,7 +74,7 @@ def status_expression(run_trace_status: Combinable) -> Case:
     """
     spans = Span.objects.filter(trace=OuterRef("trace_id"))
     return Case(
-        When(Exists(spans.filter(error__isnull=False)), then=Value(TraceStatus.ERROR.value)),
+        When(Exists(spans.filter(FAILED_SPAN)), then=Value(TraceStatus.ERROR.value)),
         When(run__isnull=False, then=run_trace_status),
         When(
             Q(status=TraceStatus.RUNNING.value) & Exists(spans.filter(parent_id__isnull=True)),
@@ -111,7 +121,7 @@ class Trace(models.Model):
         in sync by the engine and the exporter; `trace_status` is the rule they follow)."""
         return trace_status(
             self.run.status if self.run is not None else None,
-            has_error=self.spans.filter(error__isnull=False).exists(),
+            has_error=self.spans.filter(FAILED_SPAN).exists(),
             has_root=self.spans.filter(parent_id__isnull=True).exists(),
         )
 

@@ -25,6 +25,7 @@ from tracing.sql import new_trace, statements
 logger = logging.getLogger(__name__)
 
 DECISION_SPAN_NAME = "approval decision"
+STOP_SPAN_NAME = "stopped by the user"
 
 
 def follow_run(run: AgentRun | int, status: str | None = None) -> None:
@@ -99,6 +100,35 @@ def record_decision(
         )
 
 
+def record_stop(run_id: int, who: str, at: Any) -> None:
+    """Store the user's Stop as a span of the run's trace (who, when), under its first agent
+    span: the trace says why it ended, though its status is OK (a stop is no failure)."""
+    if not settings.AGENTSITE_TRACING:
+        return
+    try:
+        with transaction.atomic():
+            row = _run_row(run_id, None)
+            if row is None or not row["trace_id"]:
+                return
+            _upsert_trace(row, TraceStatus.RUNNING, follow=False)
+            Span.objects.create(
+                span_id=gen_span_id(),
+                trace_id=row["trace_id"],
+                parent_id=_agent_span_id(row["trace_id"], row["agent_name"]),
+                span_type="custom",
+                name=STOP_SPAN_NAME,
+                started_at=at,
+                ended_at=at,
+                span_data={
+                    "type": "custom",
+                    "name": STOP_SPAN_NAME,
+                    "data": {"stopped_by": who, "run_status": "cancelled"},
+                },
+            )
+    except Exception:
+        logger.exception("Tracing: the stop of run %s was not added to its trace", run_id)
+
+
 def _fields(run: AgentRun, status: str) -> Mapping[str, Any]:
     """What the trace's row takes from a run already in hand (its conversation loaded)."""
     return {
@@ -113,6 +143,8 @@ def _fields(run: AgentRun, status: str) -> Mapping[str, Any]:
 def _decision(decision: ApprovalDecision, status: str) -> str:
     if status == ApprovalStatus.EXPIRED:
         return "expired"
+    if status == ApprovalStatus.WITHDRAWN:
+        return "withdrawn"
     return "approve" if decision.approved else "reject"
 
 

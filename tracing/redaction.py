@@ -164,6 +164,11 @@ def _cards(text: str) -> str:
     return "".join([*parts, text[done:]]) if parts else text
 
 
+def contains_card(text: str) -> bool:
+    """Whether `text` holds a card number, as masking finds them (Luhn-checked)."""
+    return _cards(text) != text
+
+
 def _digits(text: str) -> str:
     return "".join(char for char in text if char.isdigit())
 
