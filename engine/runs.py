@@ -559,20 +559,7 @@ async def _end_stopped(
     reason = STOPPED_REASON.format(who=who)
     # Recorded once the stream did stop (a Stop that came as the reply ended stops nothing).
     await db_hop(recording.record_stop)(run.pk, who, timezone.now())
-    if await _final_write(
-        run.pk,
-        False,
-        functools.partial(
-            _fail_sync, from_statuses=(RunStatus.RUNNING,), status=RunStatus.CANCELLED
-        ),
-        run.pk,
-        reason,
-        result,
-        lost_reason=reason,
-    ):
-        await events.publish(
-            [_run_updated(run.pk, run.conversation_id, RunStatus.CANCELLED, reason)]
-        )
+    await _fail(run, reason, result, status=RunStatus.CANCELLED, from_statuses=(RunStatus.RUNNING,))
 
 
 # A call stopped while it ran (a resumed run's approved call, saved with the pause) has no
@@ -654,23 +641,14 @@ async def _end_by_guardrail(
         except Exception:
             logger.exception("Run %s: the refused message could not be taken out", run.pk)
         masked = redaction.mask_text(run.input)
-    if await _final_write(
-        run.pk,
-        False,
-        functools.partial(
-            _fail_sync,
-            from_statuses=(RunStatus.RUNNING,),
-            status=RunStatus.GUARDRAIL,
-            masked_input=masked,
-        ),
-        run.pk,
+    await _fail(
+        run,
         message,
         result,
-        lost_reason=message,
-    ):
-        await events.publish(
-            [_run_updated(run.pk, run.conversation_id, RunStatus.GUARDRAIL, message)]
-        )
+        status=RunStatus.GUARDRAIL,
+        from_statuses=(RunStatus.RUNNING,),
+        masked_input=masked,
+    )
 
 
 async def _take_back_input(session: Any, text: str) -> None:
@@ -989,9 +967,22 @@ def _nonce(state: Any) -> str:
     return nonce if isinstance(nonce, str) else ""
 
 
-async def _fail(run: AgentRun, reason: str, result: RunResultStreaming | None = None) -> None:
-    if await _final_write(run.pk, False, _fail_sync, run.pk, reason, result, lost_reason=reason):
-        await events.publish([_run_updated(run.pk, run.conversation_id, RunStatus.FAILED, reason)])
+async def _fail(
+    run: AgentRun,
+    reason: str,
+    result: RunResultStreaming | None = None,
+    *,
+    status: str = RunStatus.FAILED,
+    from_statuses: tuple[str, ...] = ACTIVE_STATUSES,
+    masked_input: str = "",
+) -> None:
+    """End the run as failed (or with another finished `status`, see `_fail_sync`), the
+    write retried as every final write is, and tell the pages once it is stored."""
+    end = functools.partial(
+        _fail_sync, from_statuses=from_statuses, status=status, masked_input=masked_input
+    )
+    if await _final_write(run.pk, False, end, run.pk, reason, result, lost_reason=reason):
+        await events.publish([_run_updated(run.pk, run.conversation_id, status, reason)])
 
 
 def _fail_sync(

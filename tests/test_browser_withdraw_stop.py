@@ -68,7 +68,7 @@ def test_a_withdrawn_request_leaves_the_open_inbox_and_the_agent_answers(
     open_new_chat(page, live_site)
     say(page, "cancel order 42")
     waiting = page.locator(".run-waiting")
-    expect(waiting).to_contain_text("cancel_order")
+    expect(waiting).to_contain_text("A person will confirm: cancel an order")
     request = ApprovalRequest.objects.get(status=ApprovalStatus.PENDING)
 
     # rita has her inbox open in another browser.

@@ -53,7 +53,7 @@ def test_the_demo_guardrail_refuses_a_card_number_and_the_next_message_works(
 ) -> None:
     conversation = make_conversation(owner=alice, agent_name="support")
 
-    run = turn(conversation, f"my card is {CARD}, where is order 7?", alice)
+    run = turn(conversation, f"my card is {CARD}, where is order 44?", alice)
 
     assert run.status == RunStatus.GUARDRAIL
     assert run.error == CARD_REFUSED
@@ -83,11 +83,11 @@ def test_the_demo_guardrail_refuses_a_card_number_and_the_next_message_works(
     assert "The agent failed" not in page and CARD not in page
     assert "Last message refused" in client.get(reverse("chats")).content.decode()
 
-    again = turn(conversation, "where is order 7", alice)
+    again = turn(conversation, "where is order 44", alice)
 
     assert again.status == RunStatus.COMPLETED, again.error
     assert "shipped" in again.final_output
-    assert [i.get("content") for i in items_of(conversation)][0] == "where is order 7"
+    assert [i.get("content") for i in items_of(conversation)][0] == "where is order 44"
 
 
 def test_numbers_that_are_no_card_pass_the_demo_guardrail(submitted: list, alice: Any) -> None:
