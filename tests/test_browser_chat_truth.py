@@ -166,6 +166,8 @@ def test_the_request_page_stops_waiting_once_another_reviewer_decides(
 
     other = browser.new_context().new_page()
     log_in(other, live_site, "bob", PASSWORD, then=url)
+    # htmx has taken the form over (a click before that would post it as a plain page).
+    expect(other.locator("[data-live-status]")).to_have_text("Live")
     other.get_by_role("button", name="Approve", exact=True).click()
     expect(other.locator(f"#call-state-{request.pk}")).to_have_text("approved by bob")
 
