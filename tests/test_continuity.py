@@ -111,10 +111,15 @@ def test_the_chat_header_shows_who_is_answering(
     client.force_login(conversation.owner)
     chip = 'data-testid="answering" title="Who is answering">{}</span>'
 
-    assert chip.format("Front") in client.get(f"/chats/{conversation.session_id}/").text
+    first = client.get(f"/chats/{conversation.session_id}/").text
+    assert chip.format("Front") in first
+    assert "Ask <strong>Front</strong> anything." in first
+    assert 'placeholder="Message Front…"' in first
     run = turn(conversation, "I have a billing question")
 
-    assert chip.format("Billing") in client.get(f"/chats/{conversation.session_id}/").text
+    after = client.get(f"/chats/{conversation.session_id}/").text
+    assert chip.format("Billing") in after
+    assert 'placeholder="Message Billing…"' in after  # the composer names who answers too
     # So does the messages' re-read (a reconnect's, or the waiting block's), out of band.
     history = client.get(f"/chats/{conversation.session_id}/history/").text
     assert 'hx-swap-oob="true">Billing</span>' in history
