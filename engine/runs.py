@@ -252,6 +252,16 @@ async def execute(run_id: int) -> None:
     run = await _claim(run_id, RunStatus.QUEUED)
     if run is None:
         return
+    requester = run.requested_by
+    if requester is not None and not requester.is_active:
+        # Its job waited (a worker's queue) while the user was deactivated: no turn acts
+        # for a user no longer allowed to act. (A resume checks its saved context instead.)
+        await _fail(
+            run,
+            f"The user who asked ({requester.get_username()}) was deactivated before the run "
+            "started; nothing was executed.",
+        )
+        return
     try:
         agent = registry.get_agent(run.agent_name)
     except Exception as exc:
@@ -930,7 +940,7 @@ def _claim_sync(run_id: int, expected: str) -> AgentRun | None:
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
         return None
-    return AgentRun.objects.select_related("conversation").get(pk=run_id)
+    return AgentRun.objects.select_related("conversation", "requested_by").get(pk=run_id)
 
 
 def _claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:

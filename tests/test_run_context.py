@@ -346,3 +346,26 @@ def test_the_user_is_loaded_once_and_refused_once_inactive() -> None:
 def test_it_refuses_a_context_that_is_not_ids(data: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="Not a run context"):
         deserialize(data)
+
+
+def test_a_user_deactivated_before_the_run_starts_gets_no_turn(
+    settings: Any, submitted: list
+) -> None:
+    """A queued run (its job waiting for a worker) whose user was deactivated meanwhile
+    fails before the agent is asked anything: it would act for nobody allowed."""
+    alice = make_user(username="alice")
+    name = scripted.install(settings, account_agent())
+    conversation = make_conversation(owner=alice, agent_name=name)
+    run = runs.start_run(conversation, "please close my account", alice)
+    alice.is_active = False
+    alice.save()
+
+    asyncio.run(runs.execute(run.pk))
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.error == (
+        "The user who asked (alice) was deactivated before the run started; nothing was executed."
+    )
+    assert seen == []
+    assert asyncio.run(DjangoSession(conversation.session_id).get_items()) == []
