@@ -197,7 +197,9 @@ def _follow_agent(run: AgentRun, result: RunResultStreaming) -> None:
         name = registry.public_name(started, result.last_agent)
     except Exception:
         name = None
-    if name is not None:
+    # Most turns end with the agent they started with: no write then (the conversation was
+    # loaded with the claim, and takes one message at a time).
+    if name is not None and name != run.conversation.current_agent:
         Conversation.objects.filter(pk=run.conversation_id).update(current_agent=name)
 
 
