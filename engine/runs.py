@@ -348,9 +348,9 @@ async def _drive(
             session=session,
             run_config=_run_config(run, agent),
         )
-        stopper = _Stopper.watching(run, result)
         last_beat = time.monotonic()
         streamed = _Streamed(saved_at=last_beat)
+        stopper = _Stopper.watching(run, result, streamed)
         async for stream_event in result.stream_events():
             if time.monotonic() - last_beat > HEARTBEAT_SECONDS:
                 # A run that streams is alive: `recover_runs` only fails runs gone quiet.
@@ -451,34 +451,38 @@ _streaming: dict[int, Callable[[], None]] = {}
 class _Stopper:
     """Cancels a streamed run when its user asks (`stop` marks the run): at once when the
     Stop reaches this process, else within `STOP_POLL_SECONDS` (one indexed read a second
-    while the run streams, never a write per token). Keeps the text of the response being
-    streamed, which the SDK drops on a cancel, so that what was said stays."""
+    while the run streams, never a write per token). Knows where the response being streamed
+    starts in the run's `_Streamed` text, which the SDK drops on a cancel, so that what was
+    said stays."""
 
-    def __init__(self, run: AgentRun, result: RunResultStreaming) -> None:
+    def __init__(self, run: AgentRun, result: RunResultStreaming, streamed: _Streamed) -> None:
         self.run_id = run.pk
         # A stop counts from this stream's claim on (a stop that came too late for an
         # earlier stream of the run, which paused meanwhile, does not stop this one).
         self.since = run.updated
         self.result = result
         self.stopped = False
-        self.text: list[str] = []
+        self.streamed = streamed
+        self.response_from = 0
         self.loop = asyncio.get_running_loop()
         self.watcher = self.loop.create_task(self._watch())
         _streaming[run.pk] = self._stop_threadsafe
 
     @classmethod
-    def watching(cls, run: AgentRun, result: RunResultStreaming) -> _Stopper:
-        stopper = cls(run, result)
+    def watching(cls, run: AgentRun, result: RunResultStreaming, streamed: _Streamed) -> _Stopper:
+        stopper = cls(run, result, streamed)
         if run.stop_requested is not None and run.stop_requested >= stopper.since:
             stopper.stop()
         return stopper
 
     def heard(self, data: Any) -> None:
-        kind = getattr(data, "type", "")
-        if kind == "response.created":
-            self.text.clear()  # a finished response is in the session already
-        elif isinstance(data, ResponseTextDeltaEvent):
-            self.text.append(data.delta)
+        if getattr(data, "type", "") == "response.created":
+            # A finished response is in the session already: only this one's text is kept.
+            self.response_from = self.streamed.length
+
+    def partial(self) -> str:
+        """The text of the response the stop cut short."""
+        return self.streamed.text()[self.response_from :]
 
     def stop(self) -> None:
         if not self.stopped and not self.result.is_complete:
@@ -556,7 +560,7 @@ async def _end_stopped(
     """What was said before the Stop stays: the SDK stores no part of a response it was
     cancelled in, so the text streamed so far goes into the session as the agent's message
     (unless the session already ends with it)."""
-    partial = "".join(stopper.text)
+    partial = stopper.partial()
     try:
         recent = await session.get_items(STOP_LOOKBACK_ITEMS)
         added = _unanswered_calls(recent)
