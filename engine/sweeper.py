@@ -16,7 +16,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from agentsite.db.hops import db_hop
 from approvals.models import ProcessKind
@@ -70,17 +70,22 @@ def pulse() -> bool:
     return True
 
 
+def _pulse_said_once(failing: bool, every: float) -> bool:
+    """One `pulse`; whether it failed. A database outage is said once, when it starts, not
+    every beat; the beats go on."""
+    try:
+        pulse()
+    except Exception:
+        if not failing:
+            logger.exception("The heartbeat of this process failed; retrying every %g s", every)
+        return True
+    return False
+
+
 async def _beat_forever(every: float) -> None:
     failing = False
     while heartbeat.owner():
-        try:
-            await db_hop(pulse)()
-            failing = False
-        except Exception:
-            # A database outage: said once, not every beat; the beats go on.
-            if not failing:
-                logger.exception("The heartbeat of this process failed; retrying every %g s", every)
-            failing = True
+        failing = await db_hop(_pulse_said_once)(failing, every)
         await asyncio.sleep(every)
 
 
@@ -117,16 +122,10 @@ def _beat_on_thread(every: float) -> None:
         if not heartbeat.owner():
             return
         try:
-            close_old_connections()
-            pulse()
-            failing = False
-        except Exception:
-            if not failing:
-                logger.exception("The heartbeat of this process failed; retrying every %g s", every)
-            failing = True
+            failing = _pulse_said_once(failing, every)
         finally:
-            # Given back between beats: with a pool, a connection kept while this thread
-            # sleeps would be a slot of the pool lost for good.
+            # Given back between beats (so each beat starts on a fresh one): with a pool, a
+            # connection kept while this thread sleeps would be a slot lost for good.
             connections.close_all()
 
 
