@@ -171,11 +171,16 @@ def start_run(
 astart_run = sync_to_async(start_run)
 
 
+def _own_agent_name(conversation: Conversation) -> str:
+    """The agent the conversation was started with (the site's default for an old one)."""
+    return conversation.agent_name or registry.default_agent_name()
+
+
 def _turn_agent_name(conversation: Conversation) -> str:
     """The agent a new turn starts with: the one that answered last (after a handoff, its
     target), as the SDK's customer-service example does with `result.last_agent`; the
     conversation's own agent when none did, or when that one is no longer reachable."""
-    started = conversation.agent_name or registry.default_agent_name()
+    started = _own_agent_name(conversation)
     current = conversation.current_agent
     if current and current != started:
         try:
@@ -192,9 +197,8 @@ def _turn_agent_name(conversation: Conversation) -> str:
 def _follow_agent(run: AgentRun, result: RunResultStreaming) -> None:
     """Store on the conversation the agent that answered this turn (in a final write's
     transaction): the next turn starts with it."""
-    started = run.conversation.agent_name or registry.default_agent_name()
     try:
-        name = registry.public_name(started, result.last_agent)
+        name = registry.public_name(_own_agent_name(run.conversation), result.last_agent)
     except Exception:
         name = None
     # Most turns end with the agent they started with: no write then (the conversation was
