@@ -352,8 +352,31 @@ AXES_LOCKOUT_CALLABLE = "common.auth.lockout_response"
 # --- The agents ----------------------------------------------------------------------------
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
-# The model name sent to OpenAI or to the OpenAI-compatible endpoint.
+# The model name sent to OpenAI or to the OpenAI-compatible endpoint, for every agent that
+# names none of its own.
 AGENTSITE_MODEL = env_str("AGENTSITE_MODEL", "gpt-4.1-mini")
+# Which wire format the model is spoken to in: "auto" (the Responses API at OpenAI, Chat
+# Completions at OPENAI_BASE_URL), "responses" or "chat_completions".
+AGENTSITE_MODEL_API = env_str("AGENTSITE_MODEL_API", "auto").strip().lower()
+if AGENTSITE_MODEL_API not in ("auto", "responses", "chat_completions"):
+    raise ImproperlyConfigured(
+        f"AGENTSITE_MODEL_API={AGENTSITE_MODEL_API!r}: choose auto, responses or chat_completions."
+    )
+# Retries of a model request that failed before its answer began (429 honouring retry-after,
+# 5xx, a refused or dropped connection, a timeout), with the openai client's backoff.
+AGENTSITE_MODEL_RETRIES = env_int("AGENTSITE_MODEL_RETRIES", 2)
+# Seconds the model may stay silent (before its answer, or between two pieces of a stream)
+# before the request is given up; connecting gets at most 10 of them.
+AGENTSITE_MODEL_TIMEOUT = env_float("AGENTSITE_MODEL_TIMEOUT", 60.0)
+if AGENTSITE_MODEL_RETRIES < 0 or AGENTSITE_MODEL_TIMEOUT <= 0:
+    raise ImproperlyConfigured(
+        "AGENTSITE_MODEL_RETRIES must be 0 or more and AGENTSITE_MODEL_TIMEOUT more than 0."
+    )
+# Ask an OpenAI-compatible server for usage in a stream's last chunk
+# (stream_options.include_usage); turn off for a server that refuses the option.
+AGENTSITE_MODEL_STREAM_USAGE = env_bool("AGENTSITE_MODEL_STREAM_USAGE", True)
+# Upload traces to OpenAI's trace dashboard too, when OpenAI itself serves the model.
+AGENTSITE_OPENAI_TRACE_EXPORT = env_bool("AGENTSITE_OPENAI_TRACE_EXPORT", True)
 # Registered agents: public name -> dotted path of an `agents.Agent`. The first is the default.
 AGENTSITE_AGENTS = env_mapping("AGENTSITE_AGENTS", {"support": "demo.agents.support_desk"})
 

@@ -1,15 +1,20 @@
 """Which model serves the agents.
 
 - `OPENAI_BASE_URL` set: an OpenAI-compatible server (Ollama, vLLM, llama.cpp's server, ...),
-  spoken to through Chat Completions, the API they all implement. `OPENAI_API_KEY` is sent when
-  set; most local servers need none, and a placeholder stands in.
+  spoken to through Chat Completions, the API they all implement (or the Responses API, with
+  `AGENTSITE_MODEL_API=responses`, for a server or proxy that speaks it). `OPENAI_API_KEY` is
+  sent when set; most local servers need none, and a placeholder stands in.
 - otherwise `OPENAI_API_KEY` set: OpenAI itself, through the Responses API.
 - neither: the offline model named by `AGENTSITE_OFFLINE_MODEL` (the demo's scripted model by
   default), so the site works on a machine with no network. Named by a dotted path, so that
   nothing here imports the demo: a deployment without it sets a key or a base URL.
 
-The model name is `AGENTSITE_MODEL` in both online cases. Settings are read on every call, so
-`override_settings` and the pytest `settings` fixture take effect immediately.
+Online, an agent that names a model of its own (`Agent(model=...)`) gets it; every other agent
+gets `AGENTSITE_MODEL`. The openai client retries a request that failed before its answer began
+`AGENTSITE_MODEL_RETRIES` times (429 with its retry-after, 5xx, a dropped connection, a
+timeout) and gives up on a model silent for `AGENTSITE_MODEL_TIMEOUT` seconds, before its
+answer or in the middle of a stream. Settings are read on every call, so `override_settings`
+and the pytest `settings` fixture take effect immediately.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from agents import RunConfig
+import httpx2
+from agents import ModelSettings, RunConfig
 from agents.models.interface import Model, ModelProvider
 from agents.models.openai_provider import OpenAIProvider
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
+from openai import AsyncOpenAI
 
 logger = logging.getLogger("engine.providers")
 
@@ -32,11 +39,16 @@ logger = logging.getLogger("engine.providers")
 PLACEHOLDER_API_KEY = "not-needed"
 
 
+# Seconds a connection to the model service may take, at most.
+CONNECT_TIMEOUT = 10.0
+
+
 @dataclass(frozen=True)
 class ProviderInfo:
     kind: str  # "openai" | "openai-compatible" | "offline-demo"
     model: str
     base_url: str | None
+    api: str = "responses"  # "responses" | "chat_completions"; offline: unused
 
     @property
     def offline(self) -> bool:
@@ -44,12 +56,13 @@ class ProviderInfo:
 
     def describe(self) -> str:
         """One line for people: what answers, where, and with which model. Never a secret."""
+        api = "Responses API" if self.api == "responses" else "Chat Completions"
         if self.kind == "openai":
-            return f"OpenAI (Responses API), model {self.model}"
+            return f"OpenAI ({api}), model {self.model}"
         if self.kind == "openai-compatible":
             return (
                 f"an OpenAI-compatible server at {display_url(self.base_url or '')} "
-                f"(Chat Completions), model {self.model}"
+                f"({api}), model {self.model}"
             )
         return (
             "the offline demo model (scripted, no network; set OPENAI_API_KEY or "
@@ -91,39 +104,66 @@ def provider_info() -> ProviderInfo:
     base_url = settings.OPENAI_BASE_URL.strip()
     api_key = settings.OPENAI_API_KEY.strip()
     model = settings.AGENTSITE_MODEL.strip()
+    api = settings.AGENTSITE_MODEL_API
     if base_url:
-        return ProviderInfo(kind="openai-compatible", model=model, base_url=base_url)
+        chosen = "chat_completions" if api == "auto" else api
+        return ProviderInfo(kind="openai-compatible", model=model, base_url=base_url, api=chosen)
     if api_key:
-        return ProviderInfo(kind="openai", model=model, base_url=None)
+        chosen = "responses" if api == "auto" else api
+        return ProviderInfo(kind="openai", model=model, base_url=None, api=chosen)
     return ProviderInfo(kind="offline-demo", model=OFFLINE_MODEL_NAME, base_url=None)
+
+
+def openai_client(info: ProviderInfo | None = None) -> AsyncOpenAI:
+    """The openai client for the current settings: its key, base URL, retries and timeouts."""
+    info = info or provider_info()
+    timeout = settings.AGENTSITE_MODEL_TIMEOUT
+    return AsyncOpenAI(
+        api_key=settings.OPENAI_API_KEY.strip() or PLACEHOLDER_API_KEY,
+        base_url=info.base_url or None,
+        max_retries=settings.AGENTSITE_MODEL_RETRIES,
+        # `read` bounds the silence before the answer and between two pieces of a stream: a
+        # stalled stream is cut, a long one that keeps coming is not.
+        timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
+    )
+
+
+class DefaultModelProvider(ModelProvider):
+    """The online provider: an agent's own model name, or `AGENTSITE_MODEL` for one that
+    names none (`RunConfig.model` would override every agent's choice)."""
+
+    def __init__(self, inner: ModelProvider, default_model: str) -> None:
+        self.inner = inner
+        self.default_model = default_model
+
+    def get_model(self, model_name: str | None) -> Model:
+        return self.inner.get_model(model_name or self.default_model)
 
 
 def get_model_provider() -> ModelProvider:
     """The SDK model provider for the current settings."""
     info = provider_info()
-    api_key = settings.OPENAI_API_KEY.strip()
-    if info.kind == "openai-compatible":
-        return OpenAIProvider(
-            api_key=api_key or PLACEHOLDER_API_KEY,
-            base_url=info.base_url,
-            use_responses=False,
-            # Local servers' streamed tool-call chunks are not all reliable; text still streams.
-            buffer_streamed_tool_calls=True,
-        )
-    if info.kind == "openai":
-        return OpenAIProvider(api_key=api_key, use_responses=True)
-    return OfflineDemoProvider()
+    if info.offline:
+        return OfflineDemoProvider()
+    inner = OpenAIProvider(
+        openai_client=openai_client(info),
+        use_responses=info.api == "responses",
+        # Local servers' streamed tool-call chunks are not all reliable; text still streams.
+        buffer_streamed_tool_calls=info.kind == "openai-compatible",
+    )
+    return DefaultModelProvider(inner, info.model)
 
 
 def run_config(**kwargs: Any) -> RunConfig:
-    """The `RunConfig` for every run: the selected provider and, online, the configured model.
+    """The `RunConfig` for every run: the selected provider and, online, its model settings.
 
     Keyword arguments are passed to `RunConfig` and win over these defaults.
     """
     info = provider_info()
     options: dict[str, Any] = {"model_provider": get_model_provider()}
-    if not info.offline:
-        options["model"] = info.model
+    if info.api == "chat_completions" and settings.AGENTSITE_MODEL_STREAM_USAGE:
+        # OpenAI's own Chat Completions sends usage unasked; other servers only when asked.
+        options["model_settings"] = ModelSettings(include_usage=True)
     options.update(kwargs)
     return RunConfig(**options)
 

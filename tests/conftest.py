@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,19 +20,35 @@ class RealModelCalled(AssertionError):
     pass
 
 
-def _refuse(*args: Any, **kwargs: Any) -> Any:
-    raise RealModelCalled("a test tried to reach a real model; use ScriptedModel or the demo model")
+# Where a test may send a model request: the local provider of `tests/provider.py`.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def _loopback_only(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`original` for a model whose client speaks to this machine; a refusal for any other."""
+
+    @functools.wraps(original)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._client.base_url.host not in LOOPBACK_HOSTS:
+            raise RealModelCalled(
+                "a test tried to reach a real model; use ScriptedModel, the demo model or the "
+                "local provider (tests/provider.py)"
+            )
+        return original(self, *args, **kwargs)
+
+    return guarded
 
 
 @pytest.fixture(autouse=True)
 def no_real_models(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
-    """Agents in tests run on ScriptedModel or the offline demo model, never on a network."""
+    """Agents in tests run on ScriptedModel, the offline demo model or the local provider on
+    127.0.0.1, never on a network."""
     from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
     from agents.models.openai_responses import OpenAIResponsesModel
 
     for cls in (OpenAIResponsesModel, OpenAIChatCompletionsModel):
-        monkeypatch.setattr(cls, "get_response", _refuse)
-        monkeypatch.setattr(cls, "stream_response", _refuse)
+        monkeypatch.setattr(cls, "get_response", _loopback_only(cls.get_response))
+        monkeypatch.setattr(cls, "stream_response", _loopback_only(cls.stream_response))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     settings.OPENAI_API_KEY = ""

@@ -36,9 +36,15 @@ def test_it_serves_openai_when_an_api_key_is_set(settings: Any) -> None:
     config = providers.run_config()
 
     assert info.kind == "openai"
+    assert info.api == "responses"
     assert not info.offline
-    assert config.model == "gpt-4.1-mini"
-    assert isinstance(config.model_provider.get_model(info.model), OpenAIResponsesModel)
+    # The default model comes from the provider, so an agent's own model name still wins.
+    assert config.model is None
+    model = config.model_provider.get_model(None)
+    assert isinstance(model, OpenAIResponsesModel)
+    assert model.model == "gpt-4.1-mini"
+    named = config.model_provider.get_model("gpt-4.1")
+    assert isinstance(named, OpenAIResponsesModel) and named.model == "gpt-4.1"
 
 
 def test_it_serves_an_openai_compatible_server_when_a_base_url_is_set(settings: Any) -> None:
@@ -50,9 +56,14 @@ def test_it_serves_an_openai_compatible_server_when_a_base_url_is_set(settings: 
     model = config.model_provider.get_model(info.model)
 
     assert info.kind == "openai-compatible"
+    assert info.api == "chat_completions"
     assert info.base_url == "http://localhost:11434/v1"
-    assert config.model == "llama3.1"
+    assert config.model is None
+    default = config.model_provider.get_model(None)
+    assert isinstance(default, OpenAIChatCompletionsModel) and default.model == "llama3.1"
     assert isinstance(model, OpenAIChatCompletionsModel)
+    # Compatible servers send usage in a stream's last chunk only when asked.
+    assert config.model_settings is not None and config.model_settings.include_usage is True
     assert str(model._client.base_url).startswith("http://localhost:11434/v1")
     # Local servers need no key; the client still needs one to start.
     assert model._client.api_key == providers.PLACEHOLDER_API_KEY
@@ -138,3 +149,44 @@ def test_it_says_what_to_set_when_no_offline_model_imports(settings: Any) -> Non
     settings.AGENTSITE_OFFLINE_MODEL = "not_installed.model.Model"
     with pytest.raises(ImproperlyConfigured, match="set OPENAI_API_KEY or OPENAI_BASE_URL"):
         providers.run_config().model_provider.get_model(None)
+
+
+def test_the_responses_api_can_be_chosen_for_a_compatible_server(settings: Any) -> None:
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.AGENTSITE_MODEL_API = "responses"
+
+    info = providers.provider_info()
+    config = providers.run_config()
+
+    assert info.api == "responses"
+    assert isinstance(config.model_provider.get_model(None), OpenAIResponsesModel)
+    assert config.model_settings is None
+    assert "Responses API" in info.describe()
+
+
+def test_the_client_retries_and_times_out_as_configured(settings: Any) -> None:
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.AGENTSITE_MODEL_RETRIES = 5
+    settings.AGENTSITE_MODEL_TIMEOUT = 3.5
+
+    client = providers.openai_client()
+
+    assert client.max_retries == 5
+    assert client.timeout.read == 3.5
+    assert client.timeout.connect == 3.5
+    settings.AGENTSITE_MODEL_TIMEOUT = 120.0
+    assert providers.openai_client().timeout.connect == providers.CONNECT_TIMEOUT
+
+
+async def test_the_test_guard_refuses_a_model_that_is_not_on_this_machine(settings: Any) -> None:
+    from tests.conftest import RealModelCalled
+
+    settings.OPENAI_API_KEY = SECRET
+    model = providers.get_model_provider().get_model(None)
+
+    with pytest.raises(RealModelCalled):
+        await model.get_response()  # type: ignore[call-arg]
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    local = providers.get_model_provider().get_model(None)
+    with pytest.raises(TypeError):  # past the guard: the real method, called without arguments
+        await local.get_response()  # type: ignore[call-arg]

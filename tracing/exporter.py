@@ -529,9 +529,11 @@ def make_processor(exporter: TracingExporter | None = None) -> BatchTraceProcess
 def install() -> BatchTraceProcessor | None:
     """Register the database processor with the SDK, once per process.
 
-    With `OPENAI_API_KEY` set it is added beside the SDK's default processor, so OpenAI's
-    trace dashboard keeps working. Without a key that uploader can only log warnings, so it
-    is removed; any processor an integration registered (OpenTelemetry, Logfire, ...) stays.
+    When OpenAI itself serves the model (`OPENAI_API_KEY` without `OPENAI_BASE_URL`, and
+    `AGENTSITE_OPENAI_TRACE_EXPORT` on) it is added beside the SDK's default processor, so
+    OpenAI's trace dashboard keeps working. Otherwise that uploader can only log warnings (or
+    send another server's key to OpenAI), so it is removed; any processor an integration
+    registered (OpenTelemetry, Logfire, ...) stays.
 
     The SDK flushes its processors at exit (an `atexit` hook registered with its provider),
     but within one 5-second budget shared by all of them in order of registration, so a slow
@@ -543,7 +545,7 @@ def install() -> BatchTraceProcessor | None:
         if _installed is not None or not settings.AGENTSITE_TRACING:
             return _installed
         processor = make_processor()
-        if settings.OPENAI_API_KEY.strip():
+        if uploads_traces_to_openai():
             add_trace_processor(processor)
         else:
             set_trace_processors([*_other_processors(), processor])
@@ -551,6 +553,16 @@ def install() -> BatchTraceProcessor | None:
         _installed = processor
         logger.debug("Tracing: runs are stored in the database")
         return processor
+
+
+def uploads_traces_to_openai() -> bool:
+    """Whether the SDK's uploader to OpenAI's trace dashboard should stay: only when OpenAI
+    itself serves the model (a key for another server is no key for OpenAI's dashboard)."""
+    return bool(
+        settings.OPENAI_API_KEY.strip()
+        and not settings.OPENAI_BASE_URL.strip()
+        and settings.AGENTSITE_OPENAI_TRACE_EXPORT
+    )
 
 
 def installed() -> BatchTraceProcessor | None:
