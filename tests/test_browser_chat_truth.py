@@ -173,3 +173,33 @@ def test_the_request_page_stops_waiting_once_another_reviewer_decides(
 
     expect(state).to_have_text("approved by bob")  # pushed to rita's open page
     expect(page.get_by_text("waiting for you")).to_have_count(0)
+
+
+# A delta frame as the chat socket sends it, for a run whose block the page lacks, then that
+# block as the answer to the POST that started the run brings it, late.
+DELTA_BEFORE_BLOCK = """() => {
+  const frame = (at, text) => '<span hx-swap-oob="beforeend:#run-999999-text" data-delta ' +
+    'data-run="999999" data-segment="0" data-at="' + at + '" data-end="' +
+    (at + text.length) + '">' + text + '</span>';
+  for (const [at, text] of [[0, "Order "], [6, "44 has "]]) {
+    document.body.dispatchEvent(new CustomEvent("htmx:wsBeforeMessage", {
+      bubbles: true, cancelable: true, detail: {message: frame(at, text)},
+    }));
+  }
+  const block = document.createElement("div");
+  block.id = "run-999999";
+  block.innerHTML = '<span id="run-999999-text" class="stream" data-run="999999" ' +
+    'data-segment="0" data-length="0"></span>';
+  document.querySelector("#messages").append(block);
+  document.body.dispatchEvent(new CustomEvent("htmx:afterSettle", {bubbles: true}));
+  return document.getElementById("run-999999-text").textContent;
+}"""
+
+
+def test_words_that_arrive_before_their_runs_block_are_shown_when_it_comes(
+    live_site: Any, page: Any, alice: Any
+) -> None:
+    open_new_chat(page, live_site)
+
+    # Under load the POST's answer (the run's block) can come after the run's first words.
+    assert page.evaluate(DELTA_BEFORE_BLOCK) == "Order 44 has "

@@ -61,8 +61,8 @@
  *   `data-end`). The longest text seen of each run and stretch is kept here: a delta adds
  *   only what the page lacks, a re-rendered block never shows less than was already shown,
  *   and words that arrive beyond what the page has (its socket joined after the run last
- *   stored its text, or a hint was lost) wait while the page re-reads the stored text,
- *   until it has caught up.
+ *   stored its text, or a hint was lost), or before the run's block, wait while the page
+ *   re-reads the stored text, until it has caught up.
  * - A composer refused because the conversation was busy (`data-busy`: "waiting" for a
  *   reviewer, or "working") loses that error once the run the page showed so no longer is.
  * - The tab's title follows the page's heading when a push renames it. */
@@ -115,13 +115,25 @@
     return stream.pending.length === 0;
   }
 
+  function waiting() {
+    return Object.keys(streams).some(function (key) { return streams[key].pending.length; });
+  }
+
   function showAll() {
     var caughtUp = true;
     document.querySelectorAll(".stream[data-run]").forEach(function (span) {
       if (!show(span)) caughtUp = false;
     });
-    if (caughtUp) resyncDelay = FIRST_RESYNC_MS;
-    else resyncSoon();
+    if (!caughtUp) {
+      resyncSoon();
+      return;
+    }
+    resyncDelay = FIRST_RESYNC_MS;
+    // The block the words waited for arrived: no need to re-read the messages for them.
+    if (resyncTimer && !waiting()) {
+      clearTimeout(resyncTimer);
+      resyncTimer = null;
+    }
   }
 
   document.addEventListener("htmx:wsBeforeMessage", function (event) {
@@ -131,9 +143,6 @@
     template.innerHTML = message;
     var frame = template.content.firstElementChild;
     if (!frame || !frame.hasAttribute("data-delta")) return;
-    var span = document.getElementById("run-" + frame.dataset.run + "-text");
-    // No block for it: htmx's own swap finds no target, and the page re-reads its messages.
-    if (!span) return;
     event.preventDefault();
     var key = frame.dataset.run + ":" + frame.dataset.segment;
     var stream = streamOf(key);
@@ -142,8 +151,12 @@
       end: parseInt(frame.dataset.end, 10),
       text: frame.textContent,
     });
-    if (key === span.dataset.run + ":" + span.dataset.segment) showAll();
-    else resyncSoon();  // words of a stretch this block does not show yet
+    var span = document.getElementById("run-" + frame.dataset.run + "-text");
+    // Words of a run whose block the page does not have yet (the answer to the POST that
+    // started it may come after its first words), or of a stretch the block does not show
+    // yet: they wait, and the page re-reads its messages unless the block arrives first.
+    if (span && key === span.dataset.run + ":" + span.dataset.segment) showAll();
+    else resyncSoon();
   });
 
   function clearBusyError() {
