@@ -144,6 +144,9 @@ def assert_model_calls_traced(
     assert [s.total_tokens for s in stored] == [
         r.usage["total_tokens"] for r in requests if r.usage
     ]
+    # Stored, each names the model that answered: a response span too (the SDK's names only
+    # the response; the exporter adds the model its response carries).
+    assert [s.span_data["model"] for s in stored] == ["test-model"] * len(requests)
     if api == "chat_completions":
         assert {s.name for s in stored} == {"test-model"}
     trace = Trace.objects.get(trace_id=run.trace_id)
