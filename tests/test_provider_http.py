@@ -314,3 +314,23 @@ def test_a_handoff_to_billing_goes_on_with_billing_s_instructions_and_tools(
     conversation.refresh_from_db()
     assert conversation.current_agent == "support/Billing"
     assert run.usage == summed_usage(local_provider.requests)
+
+
+# --- what is asked of the model -------------------------------------------------------------
+
+
+def test_an_agent_that_names_no_model_is_sent_no_settings_of_another_model(
+    settings: Any, local_provider: LocalProvider, conversation: Conversation, api: str
+) -> None:
+    """The SDK gives an agent that names no model the default settings of *its* default model
+    (a gpt-5: reasoning effort and verbosity), which gpt-4.1 and most compatible servers
+    refuse; the served model here is `test-model`, which wants none."""
+    use_local_provider(settings, local_provider, api)
+    local_provider.script(text("Hello."))
+
+    run = settle(send(conversation, "hello"))
+
+    assert run.status == RunStatus.COMPLETED, run.error
+    (request,) = local_provider.requests
+    asked = set(request.body) & {"reasoning", "reasoning_effort", "verbosity", "text"}
+    assert not asked, {name: request.body[name] for name in asked}
