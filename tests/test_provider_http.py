@@ -20,7 +20,7 @@ from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from conversations.models import Conversation
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
-from engine import executor, serverloop
+from engine import executor, runs, serverloop
 from tests.conftest import Traces
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.provider import (
@@ -287,6 +287,42 @@ def test_an_approval_pauses_shows_in_the_inbox_and_resumes_with_the_tool_output(
     assert "cancelled" in output
     assert run.usage == summed_usage(local_provider.requests)
     assert_model_calls_traced(traces, run, local_provider.requests, api)
+
+
+def test_an_approval_inside_an_agent_used_as_a_tool_resumes_through_the_server(
+    settings: Any, local_provider: LocalProvider, conversation: Conversation, api: str
+) -> None:
+    """The researcher runs as a tool of the support desk, not streamed (`Agent.as_tool`): its
+    gated search pauses the whole run, and the approval resumes it inside the researcher."""
+    use_local_provider(settings, local_provider, api)
+    local_provider.script(
+        tool_call("research", {"input": "refund policy"}, "call_research"),
+        tool_call("search_knowledge_base", {"query": "refunds"}, "call_search"),
+        text("Refunds go back to the original payment method."),
+        text("Refunds go back to your original payment method within 5 business days."),
+    )
+
+    run = settle(send(conversation, "what is your refund policy?"))
+
+    assert run.status == RunStatus.WAITING, run.error
+    request = ApprovalRequest.objects.get(run=run)
+    assert (request.tool_name, request.origin) == ("search_knowledge_base", "agent_as_tool")
+    assert [r.body.get("stream") for r in local_provider.requests] == [True, None]
+
+    runs.decide(request, make_reviewer(), True)
+    run = settle(run)
+
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.final_output.startswith("Refunds go back to your original payment method")
+    _, researching, researched, answered = local_provider.requests
+    assert instructions(researching).startswith("You research questions")
+    assert tool_outputs(researching, "call_search") == []
+    (article,) = tool_outputs(researched, "call_search")
+    assert article.startswith("Refund policy:")
+    assert tool_outputs(answered, "call_research") == [
+        "Refunds go back to the original payment method."
+    ]
+    assert run.usage == summed_usage(local_provider.requests)
 
 
 # --- a handoff ------------------------------------------------------------------------------
