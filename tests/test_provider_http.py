@@ -370,3 +370,16 @@ def test_an_agent_that_names_no_model_is_sent_no_settings_of_another_model(
     (request,) = local_provider.requests
     asked = set(request.body) & {"reasoning", "reasoning_effort", "verbosity", "text"}
     assert not asked, {name: request.body[name] for name in asked}
+
+
+def test_a_card_number_never_reaches_the_server(
+    settings: Any, local_provider: LocalProvider, conversation: Conversation, api: str
+) -> None:
+    """The demo's guardrail runs before the model (not in parallel with its first request)."""
+    use_local_provider(settings, local_provider, api)
+    local_provider.always(text("I should never be asked."))
+
+    run = settle(send(conversation, "refund order 42 to my card 4242 4242 4242 4242"))
+
+    assert run.status == RunStatus.GUARDRAIL, run.error
+    assert local_provider.requests == []
