@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from typing import Any
 
 import httpx2
@@ -27,9 +28,18 @@ from django.urls import reverse
 
 from approvals.models import AgentRun, RunStatus
 from conversations.session import DjangoSession
-from engine import model_errors, runs
+from engine import executor, model_errors, runs
 from tests import scripted
 from tests.factories import make_conversation, make_user
+from tests.provider import (
+    LocalProvider,
+    drop,
+    fail,
+    malformed,
+    stall,
+    text,
+    use_local_provider,
+)
 from tracing.models import Span, Trace, TraceStatus
 
 CANARY_KEY = "sk-canary-0123456789abcdefghijklmnop"
@@ -403,3 +413,223 @@ def test_the_run_s_admin_page_shows_the_detail(settings: Any, submitted: list, a
     text = page.content.decode()
     assert "error detail" in text.lower()
     assert "req_0a1b2c" in text and "model_not_found" in text
+
+
+# --- over HTTP, on the local provider (tests/provider.py) -------------------------------------
+
+both_apis = pytest.mark.parametrize("api", ["chat_completions", "responses"])
+REPLY = "Order 42 is placed and ships tomorrow."
+
+
+def send(client: Client, conversation: Any, text: str) -> AgentRun:
+    """What the chat page does: POST the message; the run starts after the view's commit."""
+    response = client.post(reverse("chat_send", args=[conversation.session_id]), {"text": text})
+    assert response.status_code == 302, response.content
+    return AgentRun.objects.filter(conversation=conversation).latest("pk")
+
+
+def settle(run: AgentRun, timeout: float = 20) -> AgentRun:
+    assert executor.inprocess().wait_idle(timeout=timeout), "the run's job did not end"
+    run.refresh_from_db()
+    return run
+
+
+@pytest.fixture
+def chat(alice: Any) -> tuple[Client, Any]:
+    client = Client()
+    client.force_login(alice)
+    return client, make_conversation(owner=alice, agent_name="support")
+
+
+def failed_turn(
+    settings: Any, provider: LocalProvider, chat: tuple[Client, Any], api: str, answer: Any
+) -> AgentRun:
+    use_local_provider(settings, provider, api, timeout=2.0, retries=1)
+    provider.always(answer)
+    client, conversation = chat
+    run = settle(send(client, conversation, "where is order 42?"))
+    assert run.status == RunStatus.FAILED
+    return run
+
+
+@both_apis
+@pytest.mark.usefixtures("orders", "fresh_registry")
+@pytest.mark.django_db(transaction=True)
+def test_a_429_then_an_answer_completes_the_turn_after_a_retry(
+    settings: Any, local_provider: LocalProvider, chat: tuple[Client, Any], api: str
+) -> None:
+    use_local_provider(settings, local_provider, api, retries=2)
+    local_provider.script(fail(429, retry_after=0.05), text(REPLY))
+    client, conversation = chat
+
+    run = settle(send(client, conversation, "where is order 42?"))
+
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.final_output == REPLY
+    assert len(local_provider.requests) == 2
+    assert local_provider.requests[1].headers["x-stainless-retry-count"] == "1"
+
+
+@both_apis
+@pytest.mark.usefixtures("orders", "fresh_registry")
+@pytest.mark.django_db(transaction=True)
+def test_a_429_every_time_shows_the_rate_limit_message_and_send_again_works(
+    settings: Any, local_provider: LocalProvider, chat: tuple[Client, Any], api: str
+) -> None:
+    run = failed_turn(settings, local_provider, chat, api, fail(429, retry_after=0.01))
+
+    assert run.error == model_errors.RATE_LIMITED
+    assert len(local_provider.requests) == 2  # the request and its one retry
+    assert run.error_detail["status_code"] == 429
+    assert run.error_detail["attempts"] == 2
+    assert re.fullmatch(r"req_[0-9a-f]+", run.error_detail["request_id"])
+    assert run.error_detail["error_code"] == "rate_limit_exceeded"
+    client, conversation = chat
+    page = client.get(reverse("chat", args=[conversation.session_id]))
+    text_shown = page_text(page)
+    assert "where is order 42?" in text_shown
+    assert model_errors.RATE_LIMITED in text_shown
+    assert 'data-testid="send-again"' in page.content.decode()
+
+    # The provider answers again: Send again (the same text to chat_send) works.
+    local_provider.always(text(REPLY))
+    again = settle(send(client, conversation, "where is order 42?"))
+    assert again.status == RunStatus.COMPLETED, again.error
+    items = items_of(conversation)
+    assert [item.get("role") for item in items] == ["user", "assistant"]
+    assert items[0]["content"] == "where is order 42?"  # said once to the agent
+
+
+@both_apis
+@pytest.mark.usefixtures("orders", "fresh_registry")
+@pytest.mark.django_db(transaction=True)
+def test_a_stalled_stream_ends_the_run_within_the_timeout(
+    settings: Any, local_provider: LocalProvider, chat: tuple[Client, Any], api: str
+) -> None:
+    use_local_provider(settings, local_provider, api, timeout=0.5, retries=2)
+    local_provider.always(stall(after_words=2))
+    client, conversation = chat
+
+    started = time.monotonic()
+    run = send(client, conversation, "where is order 42?")
+    run = settle(run, timeout=5)
+    took = time.monotonic() - started
+
+    assert run.status == RunStatus.FAILED
+    assert run.error == "The model did not answer in 0.5 s."
+    assert took < 3, took  # one silence of 0.5 s: a stream under way is not retried
+    assert len(local_provider.requests) == 1
+    assert run.error_detail["kind"] == "timeout"
+    assert items_of(conversation) == []
+    # The conversation takes a new message at once.
+    local_provider.always(text(REPLY))
+    assert settle(send(client, conversation, "and order 7?")).status == RunStatus.COMPLETED
+
+
+@both_apis
+@pytest.mark.usefixtures("orders", "fresh_registry")
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_dropped_mid_stream_leaves_no_half_item_in_the_session(
+    settings: Any, local_provider: LocalProvider, chat: tuple[Client, Any], api: str
+) -> None:
+    use_local_provider(settings, local_provider, api, retries=2)
+    client, conversation = chat
+    local_provider.script(text("Order 7 was delivered."))
+    assert settle(send(client, conversation, "where is order 7?")).status == RunStatus.COMPLETED
+    before = items_of(conversation)
+    local_provider.script(drop(after_words=3))
+
+    run = settle(send(client, conversation, "where is order 42?"))
+
+    assert run.status == RunStatus.FAILED
+    assert run.error == model_errors.DROPPED
+    assert run.error_detail["kind"] == "dropped"
+    assert len(local_provider.requests) == 2  # a stream under way is not retried
+    # The session is as the first turn left it: no half reply, and no unanswered message.
+    after = items_of(conversation)
+    assert after == before
+    assert "Let me think" not in json.dumps(after)
+    assert run.streamed_text == ""
+    page = page_text(client.get(reverse("chat", args=[conversation.session_id])))
+    assert "where is order 42?" in page and model_errors.DROPPED in page
+    assert "Let me think" not in page
+
+
+@both_apis
+@pytest.mark.usefixtures("orders", "fresh_registry")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("answer", "kind", "message"),
+    [
+        (fail(500), "unavailable", model_errors.UNAVAILABLE),
+        (malformed(), "malformed", model_errors.MALFORMED),
+    ],
+)
+def test_a_server_error_and_malformed_json_each_say_so(
+    settings: Any,
+    local_provider: LocalProvider,
+    chat: tuple[Client, Any],
+    api: str,
+    answer: Any,
+    kind: str,
+    message: str,
+) -> None:
+    run = failed_turn(settings, local_provider, chat, api, answer)
+
+    assert (run.error_detail["kind"], run.error) == (kind, message)
+    if kind == "unavailable":
+        assert run.error_detail["status_code"] == 500
+        assert run.error_detail["request_id"].startswith("req_")
+        assert len(local_provider.requests) == 2  # retried once
+    else:
+        assert len(local_provider.requests) == 1  # an answer had begun: not retried
+    assert items_of(chat[1]) == []
+
+
+@both_apis
+@pytest.mark.usefixtures("orders", "fresh_registry")
+@pytest.mark.django_db(transaction=True)
+def test_an_unknown_model_is_named_with_the_provider_s_status_and_request_id(
+    settings: Any, local_provider: LocalProvider, chat: tuple[Client, Any], api: str
+) -> None:
+    use_local_provider(settings, local_provider, api, retries=2)
+    settings.AGENTSITE_MODEL = "gpt-nope"
+    local_provider.models = {"test-model"}
+    client, conversation = chat
+
+    run = settle(send(client, conversation, "where is order 42?"))
+
+    assert run.status == RunStatus.FAILED
+    assert run.error == "The model gpt-nope is not available on the model service."
+    assert run.error_detail["status_code"] == 404
+    assert run.error_detail["error_code"] == "model_not_found"
+    assert run.error_detail["request_id"].startswith("req_")
+    assert run.error_detail["model"] == "gpt-nope"
+    assert len(local_provider.requests) == 1  # a 404 is not retried
+
+
+@pytest.mark.usefixtures("orders", "fresh_registry")
+@pytest.mark.django_db(transaction=True)
+def test_a_401_that_echoes_the_key_keeps_it_out_of_the_run_the_page_and_the_log(
+    settings: Any,
+    local_provider: LocalProvider,
+    chat: tuple[Client, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings.OPENAI_API_KEY = CANARY_KEY
+    with caplog.at_level(logging.WARNING, logger="engine.runs"):
+        run = failed_turn(
+            settings,
+            local_provider,
+            chat,
+            "chat_completions",
+            fail(401, message=f"Incorrect API key provided: {CANARY_KEY}."),
+        )
+
+    assert local_provider.requests[0].headers["authorization"] == f"Bearer {CANARY_KEY}"
+    assert run.error == model_errors.REFUSED_KEY
+    assert CANARY_KEY not in json.dumps(run.error_detail) + run.error
+    assert run.error_detail["message"] == "Incorrect API key provided: [API key]."
+    assert CANARY_KEY not in caplog.text
+    client, conversation = chat
+    assert CANARY_KEY not in client.get(reverse("chat", args=[conversation.session_id])).text
