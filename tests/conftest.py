@@ -134,6 +134,7 @@ from tests.live import (  # noqa: E402,F401  (fixtures)
     page,
     screenshots,
 )
+from tests.provider import local_provider, local_provider_server  # noqa: E402,F401  (fixtures)
 from tests.services import redis_server  # noqa: E402,F401  (fixture)
 
 

@@ -73,16 +73,20 @@ def start_site(
     port: int | None = None,
 ) -> LiveSite:
     port = port or free_port()
+    # The developer's model credentials stay out; a test's own (the local provider) go in.
+    inherited = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+    }
     env = {
-        **os.environ,
+        **inherited,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "AGENTSITE_LIVE_TEST_SERVER": "1",
         "DATABASE_URL": database_url,
         "PYTHONUNBUFFERED": "1",
         **(extra_env or {}),
     }
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        env.pop(name, None)
     log = log_path.open("wb")
     process = subprocess.Popen(
         [

@@ -18,7 +18,10 @@ os.environ.setdefault(
 # static files straight from the source tree; the test process itself runs with DEBUG off.
 os.environ["DEBUG"] = "1" if os.environ.get("AGENTSITE_LIVE_TEST_SERVER") else "0"
 for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENTSITE_SESSION_ENCRYPTION_KEY"):
-    os.environ.pop(name, None)
+    # A live test server's environment was built by tests/live.py::start_site, without the
+    # shell's credentials: a base URL there is the test's local provider.
+    if not (name == "OPENAI_BASE_URL" and os.environ.get("AGENTSITE_LIVE_TEST_SERVER")):
+        os.environ.pop(name, None)
 
 from agentsite.settings import *  # noqa: E402,F403
 
