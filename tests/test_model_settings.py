@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 import pytest
-from agents import Agent, ModelSettings
+from agents import Agent, ModelSettings, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 from django.core.exceptions import ImproperlyConfigured
 
@@ -22,6 +22,7 @@ from conversations.models import Conversation
 from demo.agents import billing, support_desk
 from engine import registry, runs
 from tests.factories import make_conversation, make_user
+from tests.provider import TEST_MODEL, LocalProvider, text, tool_call, use_local_provider
 
 pytestmark = pytest.mark.usefixtures("fresh_registry")
 
@@ -30,6 +31,7 @@ SETTINGS = {"temperature": 0.2, "max_tokens": 500, "parallel_tool_calls": False}
 # Registered by dotted path in the tests below.
 FRONT: Agent[Any] | None = None
 BACK: Agent[Any] | None = None
+CODED: Agent[Any] | None = None
 
 
 # --- the setting ----------------------------------------------------------------------------
@@ -222,3 +224,61 @@ def test_the_handoff_target_and_the_conversation_continued_with_it_use_its_setti
     used = [(c.model_settings.temperature, c.model_settings.max_tokens) for c in back_model.calls]
     assert used == [(0.2, 500), (0.2, 500)]
     assert all(c.model_settings.parallel_tool_calls is False for c in back_model.calls)
+
+
+# --- over HTTP: what the model service receives ---------------------------------------------
+
+
+@function_tool
+def spell(word: str) -> str:
+    """Spell a word out."""
+    return "-".join(word)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
+def test_the_model_service_receives_the_agents_model_and_settings(
+    settings: Any,
+    submitted: list,
+    monkeypatch: pytest.MonkeyPatch,
+    local_provider: LocalProvider,
+    api: str,
+) -> None:
+    use_local_provider(settings, local_provider, api)
+    monkeypatch.setattr(f"{__name__}.FRONT", Agent(name="Front", tools=[spell]))
+    monkeypatch.setattr(f"{__name__}.BACK", Agent(name="Back", tools=[spell]))
+    coded = Agent(name="Coded", model="coded-model", model_settings=ModelSettings(temperature=1.5))
+    monkeypatch.setattr(f"{__name__}.CODED", coded)
+    settings.AGENTSITE_AGENTS = {
+        "front": {"agent": f"{__name__}.FRONT", "model": "agent-model", "model_settings": SETTINGS},
+        "back": f"{__name__}.BACK",
+        "coded": f"{__name__}.CODED",
+    }
+    alice = make_user(username="alice")
+    local_provider.script(
+        tool_call("spell", {"word": "hi"}), text("It is h-i."), text("Hello."), text("Hi.")
+    )
+
+    assert turn(make_conversation(owner=alice, agent_name="front"), "Spell hi").status == (
+        RunStatus.COMPLETED
+    )
+    assert turn(make_conversation(owner=alice, agent_name="back"), "Hi").status == (
+        RunStatus.COMPLETED
+    )
+    assert turn(make_conversation(owner=alice, agent_name="coded"), "Hi").status == (
+        RunStatus.COMPLETED
+    )
+
+    first, second, plain, in_code = (request.body for request in local_provider.requests)
+    max_tokens = "max_tokens" if api == "chat_completions" else "max_output_tokens"
+    for body in (first, second):  # the turn's two requests: the tool call, then the reply
+        assert body["model"] == "agent-model"
+        assert body["temperature"] == 0.2
+        assert body[max_tokens] == 500
+        assert body["parallel_tool_calls"] is False
+    assert plain["model"] == TEST_MODEL  # AGENTSITE_MODEL, for an agent that names none
+    assert "temperature" not in plain and max_tokens not in plain
+    assert (in_code["model"], in_code["temperature"]) == ("coded-model", 1.5)  # Agent(model=...)
+    assert {request.path for request in local_provider.requests} == {
+        "/v1/chat/completions" if api == "chat_completions" else "/v1/responses"
+    }
