@@ -55,6 +55,7 @@ RUN_FIELDS = (
     "input",
     "status",
     "error",
+    "pretty_error_detail",
     "final_output",
     "created",
     "updated",
@@ -125,6 +126,11 @@ class AgentRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="state")
     def pretty_state(self, run: AgentRun) -> SafeString | str:
         return pretty_json(run.state)
+
+    @admin.display(description="error detail")
+    def pretty_error_detail(self, run: AgentRun) -> SafeString | str:
+        """What failed, for operators: status code, request id, the provider's error."""
+        return pretty_json(run.error_detail) if run.error_detail else "-"
 
     @admin.display(description="usage")
     def pretty_usage(self, run: AgentRun) -> SafeString | str:

@@ -149,6 +149,10 @@ class AgentRun(models.Model):
     )
     usage = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    # Why it failed, for operators: what `engine.model_errors.describe` read from the error
+    # (kind, status code, request id, the provider's error; the API key masked). `error` is
+    # the sentence the user reads.
+    error_detail = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
     finished = models.DateTimeField(null=True, blank=True)

@@ -75,7 +75,7 @@ from conversations.items import is_user_message, message_text, parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session
 from engine import context as run_context
-from engine import events, executor, heartbeat, permissions, providers, registry
+from engine import events, executor, heartbeat, model_errors, permissions, providers, registry
 from engine.executor import Job
 from engine.sql import statements
 from tracing import recording, redaction
@@ -384,8 +384,7 @@ async def _drive(
         await _end_by_guardrail(run, session, tripped, result)
         return
     except Exception as exc:
-        logger.warning("Run %s failed: %r", run.pk, exc)
-        await _fail(run, f"The agent failed: {type(exc).__name__}: {exc}", result)
+        await _end_by_error(run, session, exc, result)
         return
     finally:
         if stopper is not None:
@@ -682,6 +681,58 @@ async def _take_back_input(session: Any, text: str) -> None:
             for _ in range(len(items) - index):
                 await session.pop_item()
             return
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+# What the log line of a failed run says: the detail without the provider's message, which
+# may quote what the user wrote (the run's admin page shows it whole).
+LOGGED_DETAIL = (
+    "kind",
+    "exception",
+    "status_code",
+    "request_id",
+    "error_type",
+    "error_code",
+    "attempts",
+    "model",
+    "endpoint",
+    "retry_after",
+    "timeout_seconds",
+)
+
+
+async def _end_by_error(
+    run: AgentRun, session: Any, exc: Exception, result: RunResultStreaming | None
+) -> None:
+    """A model call (or anything else in the run) failed: the run fails with a sentence the
+    user understands (`model_errors`), the detail is kept for operators (the run's
+    `error_detail`, a span of its trace, one log line), and nothing of the failed answer
+    stays: the SDK stores a response's items only once it completed. When nothing of the
+    turn was stored but the user's message, it is taken out of the session too, so "Send
+    again" does not repeat it to the agent; the chat still shows it with the failed run."""
+    failure = model_errors.describe(exc)
+    logged = {key: failure.detail[key] for key in LOGGED_DETAIL if key in failure.detail}
+    logger.warning("Run %s failed: %s", run.pk, json.dumps(logged, default=str))
+    if run.pause_count == 0:
+        # A resumed run's turn holds calls that executed: never taken back.
+        try:
+            await _take_back_unanswered(session, run.input)
+        except Exception:
+            logger.exception("Run %s: its unanswered message could not be taken out", run.pk)
+    await _fail(run, failure.message, result, error_detail=failure.detail)
+
+
+async def _take_back_unanswered(session: Any, text: str) -> bool:
+    """Pop the user's message `text` if it is the session's newest item (nothing of its
+    turn was stored after it: no tool ran); True if it was popped."""
+    newest = await session.get_items(1)
+    if not newest or not is_user_message(newest[-1]):
+        return False
+    if message_text(newest[-1]).strip() != text.strip():
+        return False
+    await session.pop_item()
+    return True
 
 
 # --- the final write, through a database outage ---------------------------------------------
@@ -995,11 +1046,16 @@ async def _fail(
     status: str = RunStatus.FAILED,
     from_statuses: tuple[str, ...] = ACTIVE_STATUSES,
     masked_input: str = "",
+    error_detail: dict[str, Any] | None = None,
 ) -> None:
     """End the run as failed (or with another finished `status`, see `_fail_sync`), the
     write retried as every final write is, and tell the pages once it is stored."""
     end = functools.partial(
-        _fail_sync, from_statuses=from_statuses, status=status, masked_input=masked_input
+        _fail_sync,
+        from_statuses=from_statuses,
+        status=status,
+        masked_input=masked_input,
+        error_detail=error_detail,
     )
     if await _final_write(run.pk, False, end, run.pk, reason, result, lost_reason=reason):
         await events.publish([_run_updated(run.pk, run.conversation_id, status, reason)])
@@ -1015,10 +1071,12 @@ def _fail_sync(
     owned_by: str | None = None,
     status: str = RunStatus.FAILED,
     masked_input: str = "",
+    error_detail: dict[str, Any] | None = None,
 ) -> bool:
     """Fail the run if it is still in one of `from_statuses`; True if this call failed it.
     (Or end it with another finished `status`: cancelled, guardrail; `reason` is its
-    message, and `masked_input` replaces what the user wrote.)
+    message, and `masked_input` replaces what the user wrote.) `error_detail`, for
+    operators, is stored on the run and as a span of its trace.
 
     Its saved state goes with it: a failed run can never be resumed, whatever its status is
     set back to later."""
@@ -1034,6 +1092,8 @@ def _fail_sync(
     }
     if masked_input:
         changes["input"] = masked_input
+    if error_detail is not None:
+        changes["error_detail"] = error_detail
     if result is not None:
         changes["usage"] = _usage(result)
         if _trace_id(result):
@@ -1059,6 +1119,8 @@ def _fail_sync(
                 status=ApprovalStatus.CANCELLED
             )
             recording.follow_run(run_id)
+            if error_detail is not None:
+                recording.record_failure(run_id, reason, error_detail, now)
     return bool(failed)
 
 

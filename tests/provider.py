@@ -218,6 +218,9 @@ class Recorded:
     # What was answered: the script's item, and the usage sent with it (None: no usage sent).
     answered: Scripted | None = None
     usage: dict[str, int] | None = None
+    answer_id: str = (
+        ""  # the id of the chat completion or response sent ("chatcmpl-...", "resp_...")
+    )
     at: float = field(default_factory=time.monotonic)  # when it arrived (`time.monotonic()`)
 
 
@@ -360,6 +363,7 @@ class _Handler(BaseHTTPRequestHandler):
         item = provider._next(recorded)
         recorded.answered = item
         wire: _Wire = _Chat(body) if path.endswith("/chat/completions") else _Responses(body)
+        recorded.answer_id = wire.id
         try:
             self._answer(wire, item, recorded)
         except (_Dropped, BrokenPipeError, ConnectionResetError):
@@ -510,6 +514,7 @@ def _sse(payload: str, event: str | None = None) -> bytes:
 
 class _Wire:
     sends_usage = True
+    id: str
 
     def __init__(self, body: dict[str, Any]) -> None:
         self.body = body

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 DECISION_SPAN_NAME = "approval decision"
 STOP_SPAN_NAME = "stopped by the user"
+FAILURE_SPAN_NAME = "run failed"
 
 
 def follow_run(run: AgentRun | int, status: str | None = None) -> None:
@@ -127,6 +128,37 @@ def record_stop(run_id: int, who: str, at: Any) -> None:
             )
     except Exception:
         logger.exception("Tracing: the stop of run %s was not added to its trace", run_id)
+
+
+def record_failure(run_id: int, message: str, detail: Mapping[str, Any], at: Any) -> None:
+    """Store why the run failed as a span of its trace, under its first agent span: what the
+    user read and the detail operators need (status code, request id, the provider's error).
+    No span error: the SDK's own span of the failed call carries it, and the run's status
+    already makes the trace's an error."""
+    if not settings.AGENTSITE_TRACING:
+        return
+    try:
+        with transaction.atomic():
+            row = _run_row(run_id, None)
+            if row is None or not row["trace_id"]:
+                return
+            _upsert_trace(row, TraceStatus.ERROR, follow=False)
+            Span.objects.create(
+                span_id=gen_span_id(),
+                trace_id=row["trace_id"],
+                parent_id=_agent_span_id(row["trace_id"], row["agent_name"]),
+                span_type="custom",
+                name=FAILURE_SPAN_NAME,
+                started_at=at,
+                ended_at=at,
+                span_data={
+                    "type": "custom",
+                    "name": FAILURE_SPAN_NAME,
+                    "data": redaction.clean({**detail, "user_message": message}),
+                },
+            )
+    except Exception:
+        logger.exception("Tracing: the failure of run %s was not added to its trace", run_id)
 
 
 def _fields(run: AgentRun, status: str) -> Mapping[str, Any]:
