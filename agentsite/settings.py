@@ -374,6 +374,10 @@ OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
 # The model name sent to OpenAI or to the OpenAI-compatible endpoint, for every agent that
 # names none of its own.
 AGENTSITE_MODEL = env_str("AGENTSITE_MODEL", "gpt-4.1-mini")
+# The SDK's name for the same thing. An agent that names no model gets the default settings of
+# the SDK's default model (a gpt-5's reasoning effort and verbosity unless told), which other
+# models and most compatible servers refuse. Agents take them when they are defined: set here.
+os.environ["OPENAI_DEFAULT_MODEL"] = AGENTSITE_MODEL
 # Which wire format the model is spoken to in: "auto" (the Responses API at OpenAI, Chat
 # Completions at OPENAI_BASE_URL), "responses" or "chat_completions".
 AGENTSITE_MODEL_API = env_str("AGENTSITE_MODEL_API", "auto").strip().lower()

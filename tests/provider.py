@@ -384,18 +384,15 @@ class _Handler(BaseHTTPRequestHandler):
         elif isinstance(item, Stall | Drop):
             words = split_words(item.text)[: item.after_words]
             for event in wire.events(Answer((Text(item.text),)), words_override=words):
-                if event is _END_OF_WORDS:
-                    break
                 self._send_piece(event)
             if isinstance(item, Stall):
                 self._wait_for_client_to_leave()
             self._drop_connection()
         else:
-            usage = wire.usage(item)
+            # Recorded first: a test may read it as soon as its client has the last chunk.
+            recorded.usage = wire.usage(item) if wire.sends_usage else None
             for event in wire.events(item):
-                if event is not _END_OF_WORDS:
-                    self._send_piece(event)
-            recorded.usage = usage if wire.sends_usage else None
+                self._send_piece(event)
             self._end_stream()
 
     def _answer_whole(self, wire: _Wire, item: Scripted, recorded: Recorded) -> None:
@@ -486,8 +483,6 @@ class _Handler(BaseHTTPRequestHandler):
 
 # ---------------------------------------------------------------------------------------------
 # The two wire formats, built from the openai package's types
-
-_END_OF_WORDS = b""  # where a stall or a drop stops: after the words it was given
 
 
 def split_words(words: str) -> list[str]:
@@ -616,8 +611,7 @@ class _Chat(_Wire):
                 ):
                     yield self._chunk({"content": word})
                 if words_override is not None:
-                    yield _END_OF_WORDS
-                    return
+                    return  # a stall or a drop: the rest never comes
             else:
                 index = calls
                 calls += 1
@@ -746,8 +740,7 @@ class _Responses(_Wire):
                 words = words_override if words_override is not None else split_words(part.text)
                 yield from self._message(index, part, words, output)
                 if words_override is not None:
-                    yield _END_OF_WORDS
-                    return
+                    return  # a stall or a drop: the rest never comes
             else:
                 yield from self._function_call(index, part, output)
         yield self._event(

@@ -20,7 +20,7 @@ from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from conversations.models import Conversation
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
-from engine import executor, serverloop
+from engine import executor, runs, serverloop
 from tests.conftest import Traces
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.provider import (
@@ -144,6 +144,9 @@ def assert_model_calls_traced(
     assert [s.total_tokens for s in stored] == [
         r.usage["total_tokens"] for r in requests if r.usage
     ]
+    # Stored, each names the model that answered: a response span too (the SDK's names only
+    # the response; the exporter adds the model its response carries).
+    assert [s.span_data["model"] for s in stored] == ["test-model"] * len(requests)
     if api == "chat_completions":
         assert {s.name for s in stored} == {"test-model"}
     trace = Trace.objects.get(trace_id=run.trace_id)
@@ -286,6 +289,42 @@ def test_an_approval_pauses_shows_in_the_inbox_and_resumes_with_the_tool_output(
     assert_model_calls_traced(traces, run, local_provider.requests, api)
 
 
+def test_an_approval_inside_an_agent_used_as_a_tool_resumes_through_the_server(
+    settings: Any, local_provider: LocalProvider, conversation: Conversation, api: str
+) -> None:
+    """The researcher runs as a tool of the support desk, not streamed (`Agent.as_tool`): its
+    gated search pauses the whole run, and the approval resumes it inside the researcher."""
+    use_local_provider(settings, local_provider, api)
+    local_provider.script(
+        tool_call("research", {"input": "refund policy"}, "call_research"),
+        tool_call("search_knowledge_base", {"query": "refunds"}, "call_search"),
+        text("Refunds go back to the original payment method."),
+        text("Refunds go back to your original payment method within 5 business days."),
+    )
+
+    run = settle(send(conversation, "what is your refund policy?"))
+
+    assert run.status == RunStatus.WAITING, run.error
+    request = ApprovalRequest.objects.get(run=run)
+    assert (request.tool_name, request.origin) == ("search_knowledge_base", "agent_as_tool")
+    assert [r.body.get("stream") for r in local_provider.requests] == [True, None]
+
+    runs.decide(request, make_reviewer(), True)
+    run = settle(run)
+
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.final_output.startswith("Refunds go back to your original payment method")
+    _, researching, researched, answered = local_provider.requests
+    assert instructions(researching).startswith("You research questions")
+    assert tool_outputs(researching, "call_search") == []
+    (article,) = tool_outputs(researched, "call_search")
+    assert article.startswith("Refund policy:")
+    assert tool_outputs(answered, "call_research") == [
+        "Refunds go back to the original payment method."
+    ]
+    assert run.usage == summed_usage(local_provider.requests)
+
+
 # --- a handoff ------------------------------------------------------------------------------
 
 
@@ -311,3 +350,36 @@ def test_a_handoff_to_billing_goes_on_with_billing_s_instructions_and_tools(
     conversation.refresh_from_db()
     assert conversation.current_agent == "support/Billing"
     assert run.usage == summed_usage(local_provider.requests)
+
+
+# --- what is asked of the model -------------------------------------------------------------
+
+
+def test_an_agent_that_names_no_model_is_sent_no_settings_of_another_model(
+    settings: Any, local_provider: LocalProvider, conversation: Conversation, api: str
+) -> None:
+    """The SDK gives an agent that names no model the default settings of *its* default model
+    (a gpt-5: reasoning effort and verbosity), which gpt-4.1 and most compatible servers
+    refuse; the served model here is `test-model`, which wants none."""
+    use_local_provider(settings, local_provider, api)
+    local_provider.script(text("Hello."))
+
+    run = settle(send(conversation, "hello"))
+
+    assert run.status == RunStatus.COMPLETED, run.error
+    (request,) = local_provider.requests
+    asked = set(request.body) & {"reasoning", "reasoning_effort", "verbosity", "text"}
+    assert not asked, {name: request.body[name] for name in asked}
+
+
+def test_a_card_number_never_reaches_the_server(
+    settings: Any, local_provider: LocalProvider, conversation: Conversation, api: str
+) -> None:
+    """The demo's guardrail runs before the model (not in parallel with its first request)."""
+    use_local_provider(settings, local_provider, api)
+    local_provider.always(text("I should never be asked."))
+
+    run = settle(send(conversation, "refund order 42 to my card 4242 4242 4242 4242"))
+
+    assert run.status == RunStatus.GUARDRAIL, run.error
+    assert local_provider.requests == []

@@ -162,6 +162,7 @@ class DatabaseExporter(TracingExporter):
                     if run_id is not None:
                         batch.run_ids[trace.trace_id] = run_id
                 else:
+                    exported = _with_response_model(item, exported)
                     span = span_row(exported, cleaner=cleaner, sensitive=sensitive)
                     batch.spans[span.span_id] = span
             except Exception as exc:
@@ -401,6 +402,19 @@ def _runs_of(cursor: CursorWrapper, trace_ids: set[str], run_ids: set[int]) -> _
 
 
 # --- from the SDK's dicts to rows -----------------------------------------------------------
+
+
+def _with_response_model(item: Any, exported: dict[str, Any]) -> dict[str, Any]:
+    """A response span (the Responses API) exports its response's id and usage but not the
+    model that wrote it, which a generation span names: take it from the response the span
+    holds (the SDK keeps it when the trace includes data)."""
+    data = exported.get("span_data")
+    if not isinstance(data, dict) or data.get("type") != "response" or data.get("model"):
+        return exported
+    model = getattr(getattr(getattr(item, "span_data", None), "response", None), "model", None)
+    if not isinstance(model, str) or not model:
+        return exported
+    return {**exported, "span_data": {**data, "model": model}}
 
 
 def trace_row(exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = None) -> TraceInsert:
