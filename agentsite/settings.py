@@ -92,6 +92,25 @@ def env_mapping(name: str, default: dict[str, str]) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
+def env_agents(name: str, default: dict[str, str]) -> dict[str, str | dict[str, Any]]:
+    """Agents by public name: `name=dotted.path,...`, or a JSON object whose values are dotted
+    paths or objects such as `{"agent": "dotted.path", "model": "...", "model_settings": {...}}`
+    (whose keys and values the registry checks at start: `engine.E002`)."""
+    value = os.environ.get(name, "").strip()
+    if not value.startswith("{"):
+        return dict(env_mapping(name, default))
+    parsed = _env_json(name, value)
+    agents: dict[str, str | dict[str, Any]] = {}
+    for key, spec in parsed.items():
+        if not isinstance(spec, str | dict):
+            raise ImproperlyConfigured(
+                f"{name}[{key!r}] is neither a dotted path nor an object "
+                f'{{"agent": "dotted.path", ...}}: {spec!r}'
+            )
+        agents[str(key)] = spec
+    return agents
+
+
 def _env_json(name: str, value: str) -> Any:
     try:
         return json.loads(value)
@@ -381,8 +400,9 @@ if AGENTSITE_MODEL_RETRIES < 0 or AGENTSITE_MODEL_TIMEOUT <= 0:
 AGENTSITE_MODEL_STREAM_USAGE = env_bool("AGENTSITE_MODEL_STREAM_USAGE", True)
 # Upload traces to OpenAI's trace dashboard too, when OpenAI itself serves the model.
 AGENTSITE_OPENAI_TRACE_EXPORT = env_bool("AGENTSITE_OPENAI_TRACE_EXPORT", True)
-# Registered agents: public name -> dotted path of an `agents.Agent`. The first is the default.
-AGENTSITE_AGENTS = env_mapping("AGENTSITE_AGENTS", {"support": "demo.agents.support_desk"})
+# Registered agents: public name -> dotted path of an `agents.Agent`, or an object naming it
+# with its model and model settings (`engine/registry.py`). The first is the default.
+AGENTSITE_AGENTS = env_agents("AGENTSITE_AGENTS", {"support": "demo.agents.support_desk"})
 
 # The model that serves when neither OPENAI_API_KEY nor OPENAI_BASE_URL is set.
 AGENTSITE_OFFLINE_MODEL = env_str("AGENTSITE_OFFLINE_MODEL", "demo.model.OfflineDemoModel")
@@ -455,7 +475,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # No line shows the model service's API key, even one that quotes a provider's error.
+    "filters": {"api_key": {"()": "common.secrets.MaskApiKey"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["api_key"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         # Django's default config gives this logger a console handler of its own.

@@ -28,7 +28,9 @@ import openai
 from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError, ModelTimeoutError
 from django.conf import settings
 
-API_KEY_MASK = "[API key]"
+from common import secrets
+
+API_KEY_MASK = secrets.API_KEY_MASK
 # The provider's message is kept whole up to this (a 400 can explain at length).
 MAX_DETAIL_CHARS = 2_000
 # Chains longer than this are cut (a cycle is stopped anyway).
@@ -80,11 +82,9 @@ class ModelFailure:
 
 
 def mask(text: str) -> str:
-    """`text` without the configured API key (nor its surrounding whitespace variant)."""
-    key = (settings.OPENAI_API_KEY or "").strip()
-    if key and key in text:
-        text = text.replace(key, API_KEY_MASK)
-    return text
+    """`text` without the configured API key, nor an echo of it masked but for its ends
+    (`common.secrets`)."""
+    return secrets.mask_api_key(text)
 
 
 def chain(exc: BaseException) -> Iterator[BaseException]:

@@ -3,17 +3,29 @@
 `settings.AGENTSITE_AGENTS` maps each public name (what a conversation stores) to the dotted
 path of an `agents.Agent`; the first is the default. A deployment swaps the demo for its own
 agents by changing that one setting.
+
+An entry may instead be `{"agent": "dotted.path", "model": "...", "model_settings": {...}}`:
+the deployment's model and settings (`SETTING_RULES`) for that agent, over the ones its code
+declares. They are applied to the imported agent object itself, so that the agent answers
+with them wherever it answers: registered, as another agent's handoff target, or in a
+conversation that went on with it. So every such entry is applied before any agent is handed
+out, one agent object takes settings from one entry only, and `reset()` restores what its code
+declared.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 # This module is `engine.registry`; absolute imports make `agents` the SDK, not this file.
-from agents import Agent
+from agents import Agent, ModelSettings
+from agents.models.interface import Model
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -35,7 +47,7 @@ class UnknownAgent(KeyError):
         return f"No agent is registered as {self.name!r}. Registered agents: {names}."
 
 
-def _registry() -> dict[str, str]:
+def _registry() -> dict[str, str | dict[str, Any]]:
     registry = settings.AGENTSITE_AGENTS
     if not isinstance(registry, dict):
         raise ImproperlyConfigured(
@@ -72,11 +84,25 @@ def get_agent(name: str) -> Agent[Any]:
                 if reachable.name == inner:
                     return reachable
         raise UnknownAgent(name, list(registry))
-    path = registry[name]
+    # Any agent may hand off to one an entry gives settings: apply them all first.
+    _sync(registry)
+    entry = _entry(name, registry[name])
+    agent = _load(name, entry.path)
+    if not entry.overrides:
+        applied = _applied.get(id(agent))
+        if applied is not None and applied.name != name:
+            raise _conflict(agent, applied.name, name)
+    return agent
+
+
+def _load(name: str, path: str) -> Agent[Any]:
     agent = _cache.get(path)
     if agent is None:
-        agent = _import_agent(name, path)
-        _cache[path] = agent
+        with _lock:
+            agent = _cache.get(path)
+            if agent is None:
+                agent = _import_agent(name, path)
+                _cache[path] = agent
     return agent
 
 
@@ -126,8 +152,209 @@ def tool_description(name: str, agent_name: str, tool_name: str) -> str:
 
 def reset() -> None:
     """Forget the agents imported so far: the next `get_agent` imports its path anew (after
-    `AGENTSITE_AGENTS` or an agent's module changed, as in tests)."""
-    _cache.clear()
+    `AGENTSITE_AGENTS` or an agent's module changed, as in tests), and give the agents that
+    entries gave a model or settings back the ones their code declared."""
+    with _lock:
+        for applied in list(_applied.values()):
+            _restore(applied)
+        _synced.clear()
+        _cache.clear()
+
+
+# --- entries with a model and settings ------------------------------------------------------
+
+ENTRY_KEYS = ("agent", "model", "model_settings")
+
+
+def _number(low: float, high: float) -> Callable[[Any], str | None]:
+    def rule(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"{value!r} is not a number"
+        if not low <= value <= high:
+            return f"{value!r} is outside {low:g}..{high:g}"
+        return None
+
+    return rule
+
+
+def _positive_int(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"{value!r} is not a positive whole number"
+    return None
+
+
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"{value!r} is not true or false"
+
+
+# The model settings a deployment may give an agent in AGENTSITE_AGENTS, and what each takes;
+# the same rules check what agents' code declares. Other `ModelSettings` are set in code.
+SETTING_RULES: dict[str, Callable[[Any], str | None]] = {
+    "temperature": _number(0, 2),
+    "top_p": _number(0, 1),
+    "frequency_penalty": _number(-2, 2),
+    "presence_penalty": _number(-2, 2),
+    "max_tokens": _positive_int,
+    "parallel_tool_calls": _bool,
+}
+
+
+@dataclass(frozen=True)
+class _Entry:
+    path: str
+    # What the entry sets over the agent's code: "model" and "model_settings", as given.
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Applied:
+    name: str
+    spec: Mapping[str, Any]
+    overrides: dict[str, Any]
+    agent: Agent[Any]
+    code_model: Any
+    code_settings: ModelSettings
+
+
+# id(agent) -> the entry applied to it and what its code declared.
+_applied: dict[int, _Applied] = {}
+# The entries with settings that `_applied` reflects, by name.
+_synced: dict[str, Any] = {}
+_lock = threading.RLock()
+
+
+def _entry(name: str, spec: Any) -> _Entry:
+    """The entry `AGENTSITE_AGENTS[name]`, checked.
+
+    Raises:
+        ImproperlyConfigured: it is not a dotted path, nor an object of known keys and values.
+    """
+    if isinstance(spec, str):
+        return _Entry(spec)
+    where = f"AGENTSITE_AGENTS[{name!r}]"
+    if not isinstance(spec, Mapping):
+        raise ImproperlyConfigured(
+            f'{where} is neither a dotted path nor {{"agent": "dotted.path", ...}}: {spec!r}'
+        )
+    problems = [f"unknown key {key!r}" for key in spec if key not in ENTRY_KEYS]
+    path = spec.get("agent")
+    if not isinstance(path, str) or not path.strip():
+        problems.append('"agent" must be the dotted path of an agents.Agent')
+    overrides: dict[str, Any] = {}
+    if "model" in spec:
+        problems += [f'"model": {problem}' for problem in model_problems(spec["model"])]
+        overrides["model"] = spec["model"]
+    if "model_settings" in spec:
+        given = spec["model_settings"]
+        if isinstance(given, Mapping):
+            problems += setting_problems(given, unknown_allowed=False)
+            overrides["model_settings"] = dict(given)
+        else:
+            problems.append(f'"model_settings" must be an object, not {given!r}')
+    if problems:
+        raise ImproperlyConfigured(
+            f"{where}: {'; '.join(problems)}. An entry is a dotted path, or "
+            '{"agent": "dotted.path", "model": "a model name", "model_settings": {...}} '
+            f"with model settings among {', '.join(SETTING_RULES)}."
+        )
+    return _Entry(str(path), overrides)
+
+
+def entry_problem(name: str) -> str | None:
+    """What is wrong with the entry `AGENTSITE_AGENTS[name]` itself, before any import."""
+    try:
+        _entry(name, _registry()[name])
+    except ImproperlyConfigured as error:
+        return str(error)
+    return None
+
+
+def model_problems(model: Any) -> list[str]:
+    """What is wrong with `model` as the name of an agent's model."""
+    if not isinstance(model, str):
+        return [f"{model!r} is not a model name"]
+    return [] if model.strip() else ["the model name is empty"]
+
+
+def setting_problems(values: Mapping[str, Any], *, unknown_allowed: bool = True) -> list[str]:
+    """What is wrong with these model settings, by `SETTING_RULES` (None is "not set")."""
+    problems = []
+    for key, value in values.items():
+        rule = SETTING_RULES.get(key)
+        if rule is None:
+            if not unknown_allowed:
+                problems.append(f"unknown model setting {key!r}")
+            continue
+        problem = None if value is None else rule(value)
+        if problem:
+            problems.append(f"{key}: {problem}")
+    return problems
+
+
+def agent_problems(agent: Agent[Any]) -> list[str]:
+    """What is wrong with the model and model settings of `agent` and of every agent reachable
+    from it, as their code declares them or an entry applied them."""
+    problems = []
+    for current in walk(agent):
+        said = f"agent {current.name!r}"
+        if current.model is not None and not isinstance(current.model, Model):
+            problems += [f"{said}: model {p}" for p in model_problems(current.model)]
+        declared = {f.name: getattr(current.model_settings, f.name) for f in fields(ModelSettings)}
+        problems += [f"{said}: {p}" for p in setting_problems(declared)]
+    return problems
+
+
+def _sync(registry: Mapping[str, Any]) -> None:
+    """Apply every entry's model and settings to its agent, and undo those of entries that
+    changed or went since (as tests change AGENTSITE_AGENTS)."""
+    wanted = {name: spec for name, spec in registry.items() if not isinstance(spec, str)}
+    if wanted == _synced:
+        return
+    with _lock:
+        for applied in list(_applied.values()):
+            if wanted.get(applied.name) != applied.spec:
+                _restore(applied)
+        for name, spec in wanted.items():
+            entry = _entry(name, spec)
+            _apply(name, spec, entry, _load(name, entry.path))
+        _synced.clear()
+        _synced.update(copy.deepcopy(wanted))
+
+
+def _apply(name: str, spec: Mapping[str, Any], entry: _Entry, agent: Agent[Any]) -> None:
+    applied = _applied.get(id(agent))
+    if applied is not None:
+        if applied.overrides != entry.overrides:
+            raise _conflict(agent, applied.name, name)
+        return
+    overrides = entry.overrides
+    # `clone` gives a new model the SDK's implicit settings for it (GPT-5's reasoning, say)
+    # when the code declared none of its own.
+    shaped = agent.clone(model=overrides["model"]) if "model" in overrides else agent
+    _applied[id(agent)] = _Applied(
+        name=name,
+        spec=copy.deepcopy(dict(spec)),
+        overrides=copy.deepcopy(overrides),
+        agent=agent,
+        code_model=agent.model,
+        code_settings=agent.model_settings,
+    )
+    agent.model = shaped.model
+    agent.model_settings = shaped.model_settings.resolve(overrides.get("model_settings"))
+
+
+def _restore(applied: _Applied) -> None:
+    applied.agent.model = applied.code_model
+    applied.agent.model_settings = applied.code_settings
+    del _applied[id(applied.agent)]
+
+
+def _conflict(agent: Agent[Any], first: str, second: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(
+        f"AGENTSITE_AGENTS[{first!r}] and AGENTSITE_AGENTS[{second!r}] register the same agent "
+        f"({agent.name!r}) with different models or settings; an agent answers with one, "
+        "wherever it answers: register it once, or give both entries the same."
+    )
 
 
 def _import_agent(name: str, path: str) -> Agent[Any]:

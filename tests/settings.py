@@ -19,8 +19,9 @@ os.environ.setdefault(
 os.environ["DEBUG"] = "1" if os.environ.get("AGENTSITE_LIVE_TEST_SERVER") else "0"
 for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENTSITE_SESSION_ENCRYPTION_KEY"):
     # A live test server's environment was built by tests/live.py::start_site, without the
-    # shell's credentials: a base URL there is the test's local provider.
-    if not (name == "OPENAI_BASE_URL" and os.environ.get("AGENTSITE_LIVE_TEST_SERVER")):
+    # shell's credentials: a base URL there is the test's local provider, a key its canary.
+    live = os.environ.get("AGENTSITE_LIVE_TEST_SERVER")
+    if not (name in ("OPENAI_BASE_URL", "OPENAI_API_KEY") and live):
         os.environ.pop(name, None)
 
 from agentsite.settings import *  # noqa: E402,F403

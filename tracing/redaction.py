@@ -30,6 +30,8 @@ from typing import Any
 
 from django.conf import settings
 
+from common import secrets
+
 logger = logging.getLogger(__name__)
 
 EMAIL = "[email]"
@@ -301,10 +303,12 @@ class Cleaner:
     that one is parsed and cleaned inside, to a depth limit, so it is remembered per depth.
     """
 
-    __slots__ = ("_custom", "_json", "_keys", "_strings", "mask")
+    __slots__ = ("_api_key", "_custom", "_json", "_keys", "_strings", "mask")
 
     def __init__(self, *, mask: bool | None = None) -> None:
         self.mask = enabled() if mask is None else mask
+        # Masked whatever `mask` says: a provider's error may quote the key it was sent.
+        self._api_key = secrets.api_key()
         self._custom = custom_patterns() if self.mask else ()
         self._strings: dict[str, str] = {}  # a string that cannot hold JSON -> cleaned
         self._json: dict[tuple[str, int], str] = {}  # (a string that may, depth) -> cleaned
@@ -420,7 +424,7 @@ class Cleaner:
         return cleaned
 
     def _compute_string(self, text: str, depth: int) -> str:
-        text = _storable(text)
+        text = secrets.mask_key(_storable(text), self._api_key)
         if not self.mask:
             return text
         if depth < _MAX_DEPTH and _may_be_json(text):
@@ -434,7 +438,7 @@ class Cleaner:
 
     def _text(self, text: str) -> str:
         """A string never read as JSON (a dict key)."""
-        text = _storable(text)
+        text = secrets.mask_key(_storable(text), self._api_key)
         return self._masked(text) if self.mask else text
 
     def _masked(self, text: str) -> str:
