@@ -9,12 +9,17 @@ is started through here.
   interrupted (never retried) instead of being left "running" for recovery to find later.
   Then its process row says it stopped (`engine.heartbeat`), so anything it still owned is
   failed by the next process that looks, without waiting for its beats to go silent.
+- Before it listens it runs Django's system checks (the agents' registry and their model
+  settings among them): a server whose configuration they refuse stops at once, saying why,
+  instead of failing each chat turn later.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -76,5 +81,25 @@ class PrivateLogCommandLine(CommandLineInterface):
     server_class = PrivateLogServer
 
 
+def refused_configuration() -> str:
+    """What the system checks refuse in this configuration (errors only), or ""."""
+    import django
+    from django.core import checks
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
+    django.setup()
+    errors = [
+        message
+        for message in checks.run_checks()
+        if message.level >= checks.ERROR and not message.is_silenced()
+    ]
+    return "\n".join(str(message) for message in errors)
+
+
 if __name__ == "__main__":
+    refused = refused_configuration()
+    if refused:
+        sys.exit(
+            f"The server did not start; the system checks refuse its configuration:\n{refused}"
+        )
     PrivateLogCommandLine.entrypoint()

@@ -170,3 +170,35 @@ def test_it_accepts_a_model_object_and_valid_code_settings(
 def test_it_is_registered_with_django(settings: Any, fresh_registry: None) -> None:
     settings.AGENTSITE_AGENTS = {"b": {"agent": "demo.agents.billing", "model": ""}}
     assert "engine.E002" in {error.id for error in checks.run_checks()}
+
+
+def test_a_server_whose_agents_the_checks_refuse_does_not_start(tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.live import ROOT, free_port
+
+    bad = {"support": {"agent": "demo.agents.support_desk", "model_settings": {"temperature": 9}}}
+    env = {
+        **os.environ,
+        "DEBUG": "1",
+        "DJANGO_SETTINGS_MODULE": "agentsite.settings",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "AGENTSITE_AGENTS": json.dumps(bad),
+    }
+    port = str(free_port())
+    command = [sys.executable, "-m", "agentsite.serve", "-b", "127.0.0.1", "-p", port]
+    server = subprocess.run(
+        [*command, "agentsite.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert server.returncode != 0
+    assert "system checks refuse" in server.stderr
+    assert "engine.E002" in server.stderr and "temperature" in server.stderr
