@@ -22,6 +22,7 @@ from pathlib import Path
 BENCHMARKS = {
     "sessions": "bench.sessions",
     "turn": "bench.turn",
+    "http": "bench.http_turn",
     "approvals": "bench.approvals",
     "tracing": "bench.trace_cost",
     "concurrency": "bench.concurrency",

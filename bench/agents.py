@@ -139,8 +139,17 @@ SLOW_AGENT: Agent[Any] = Agent(
     tools=[lookup_order],
 )
 
+# No model of its own: it answers through the configured provider (`bench/http_turn.py`
+# points OPENAI_BASE_URL at a local HTTP server).
+HTTP_AGENT: Agent[Any] = Agent(
+    name="Bench HTTP",
+    instructions="Look orders up.",
+    tools=[lookup_order],
+)
+
 REGISTRY = {
     "bench_tool": "bench.agents.TOOL_AGENT",
+    "bench_http": "bench.agents.HTTP_AGENT",
     "bench_approval": "bench.agents.APPROVAL_AGENT",
     "bench_slow": "bench.agents.SLOW_AGENT",
 }

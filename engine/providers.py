@@ -19,7 +19,9 @@ and the pytest `settings` fixture take effect immediately.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -115,13 +117,41 @@ def provider_info() -> ProviderInfo:
 
 
 def openai_client(info: ProviderInfo | None = None) -> AsyncOpenAI:
-    """The openai client for the current settings: its key, base URL, retries and timeouts."""
+    """The openai client for the current settings: its key, base URL, retries and timeouts.
+
+    Building one costs some 40 ms (its HTTP client, TLS context included), more than a whole
+    turn of ours: on an event loop the client is kept and shared by the runs of that loop
+    (its connections belong to it), as long as the settings it was built from hold."""
     info = info or provider_info()
-    timeout = settings.AGENTSITE_MODEL_TIMEOUT
+    key = (
+        settings.OPENAI_API_KEY.strip(),
+        info.base_url or "",
+        settings.AGENTSITE_MODEL_RETRIES,
+        settings.AGENTSITE_MODEL_TIMEOUT,
+    )
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return _new_client(*key)
+    clients = _clients.setdefault(loop, {})
+    client = clients.get(key)
+    if client is None:
+        clients.clear()  # the settings changed: the old client is not asked again
+        client = clients[key] = _new_client(*key)
+    return client
+
+
+# The clients of each running loop, by the settings they were built from.
+_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[Any, ...], AsyncOpenAI]
+] = weakref.WeakKeyDictionary()
+
+
+def _new_client(api_key: str, base_url: str, retries: int, timeout: float) -> AsyncOpenAI:
     return AsyncOpenAI(
-        api_key=settings.OPENAI_API_KEY.strip() or PLACEHOLDER_API_KEY,
-        base_url=info.base_url or None,
-        max_retries=settings.AGENTSITE_MODEL_RETRIES,
+        api_key=api_key or PLACEHOLDER_API_KEY,
+        base_url=base_url or None,
+        max_retries=retries,
         # `read` bounds the silence before the answer and between two pieces of a stream: a
         # stalled stream is cut, a long one that keeps coming is not.
         timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),

@@ -190,3 +190,31 @@ async def test_the_test_guard_refuses_a_model_that_is_not_on_this_machine(settin
     local = providers.get_model_provider().get_model(None)
     with pytest.raises(TypeError):  # past the guard: the real method, called without arguments
         await local.get_response()  # type: ignore[call-arg]
+
+
+async def test_a_loop_keeps_its_client_while_the_settings_hold(settings: Any) -> None:
+    """Building a client costs more than a whole turn (bench `http`): runs of one loop share it."""
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    first = providers.openai_client()
+
+    assert providers.openai_client() is first
+    assert providers.get_model_provider().get_model(None)._client is first  # type: ignore[attr-defined]
+    settings.AGENTSITE_MODEL_TIMEOUT = 7.0
+    changed = providers.openai_client()
+    assert changed is not first and changed.timeout.read == 7.0
+    settings.OPENAI_API_KEY = SECRET
+    assert providers.openai_client().api_key == SECRET
+
+
+def test_a_client_is_not_kept_outside_a_loop_nor_shared_between_loops(settings: Any) -> None:
+    import asyncio
+
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+
+    async def client() -> Any:
+        return providers.openai_client()
+
+    assert providers.openai_client() is not providers.openai_client()
+    with asyncio.Runner() as one, asyncio.Runner() as other:
+        assert one.run(client()) is one.run(client())
+        assert one.run(client()) is not other.run(client())
