@@ -1,7 +1,8 @@
 """The ASGI server for production, chosen on measurement: daphne against uvicorn.
 
 Each server runs the site as one process, at the same settings (production's: DEBUG off,
-static files collected, the Redis channel layer, no access log, the bench's SQLite file), on
+static files collected, the Redis channel layer, an access log each, the bench's SQLite
+file), on
 127.0.0.1; both are started once and measured in turn (daphne, uvicorn, daphne, ...).
 
 - HTTP: alice's chat page (`GET /chats/<id>/`, a conversation of a few turns), from
@@ -63,7 +64,7 @@ class Server:
 def command(name: str, port: int) -> list[str]:
     if name == "daphne":
         # As production starts it: agentsite's daphne (query strings kept out of the access
-        # log, a drain on SIGTERM), which logs no access line unless told where.
+        # log, a drain on SIGTERM), its access log on stdout (daphne's default).
         return [sys.executable, "-m", "agentsite.serve", "-b", "127.0.0.1", "-p", str(port)] + [
             "agentsite.asgi:application"
         ]
@@ -72,9 +73,9 @@ def command(name: str, port: int) -> list[str]:
     return [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)] + [
         "--lifespan",
         "off",
-        "--no-access-log",
+        "--access-log",  # on stdout, as daphne's
         "--log-level",
-        "warning",
+        "info",
         "agentsite.asgi:application",
     ]
 
@@ -324,7 +325,7 @@ def run(config: Config) -> list[Row]:
             throughput("uvicorn"),
             ratio(per_request["daphne"], per_request["uvicorn"]),
             f"agentsite = daphne (python -m agentsite.serve), peer = uvicorn (h11, asyncio "
-            f"loop), one process each, DEBUG off, Redis layer, no access log: alice's chat page "
+            f"loop), one process each, DEBUG off, Redis layer, access logs on: alice's chat page "
             f"({TURNS} turns) requested back to back for {seconds:g} s; ratio of the time per "
             "request (1 / requests per second), daphne ÷ uvicorn",
         ),
