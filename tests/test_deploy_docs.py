@@ -16,6 +16,7 @@ from tests.test_settings import variables_read
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / ".env.example"
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 
 # What a production deploy of several processes must set itself: the defaults suit `make run`
 # (one process, SQLite, the in-memory layer, no TLS, the demo's offline model), not it.
@@ -85,3 +86,25 @@ def test_the_example_filled_in_passes_the_deployment_checks() -> None:
 
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "System check identified no issues" in checked.stdout
+
+
+def test_the_deploy_guide_is_linked_and_names_files_that_exist() -> None:
+    guide = DEPLOY_DOC.read_text()
+
+    assert "docs/deploy.md" in (ROOT / "README.md").read_text()
+    assert "deploy.md" in (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:deploy|scripts|bench|tests|engine|agentsite)/[\w./-]+)`", guide))
+    assert "deploy/.env.example" in named
+    missing = {path for path in named if not (ROOT / path.rstrip("/")).exists()}
+    assert missing == set()
+    # Each part the guide must cover (issue 14, parts 2 and 3).
+    for heading in (
+        "## One host",
+        "## Several hosts",
+        "## Upgrades",
+        "## What to monitor",
+        "## Which process sweeps",
+        "## When Redis is down",
+        "## The ASGI server",
+    ):
+        assert heading in guide, heading
