@@ -27,6 +27,8 @@ BENCHMARKS = {
     "tracing": "bench.trace_cost",
     "concurrency": "bench.concurrency",
     "pages": "bench.pages",
+    "asgi": "bench.asgi",
+    "cpu": "bench.cpu",
 }
 
 

@@ -1591,8 +1591,9 @@ def recover_stuck_runs(older_than: timedelta | None = None) -> Recovery:
       alone however quiet it is.
     - queued or resuming, and quiet for `older_than`: its job was lost before it started
       (the in-process executor's queue dies with its process). Nothing of it has executed
-      (a resuming run's state is unconsumed), so the job is submitted again; the claim in
-      `execute`/`resume` lets exactly one copy of a job proceed.
+      (a resuming run's state is unconsumed), so the job is submitted again, by one of the
+      processes that sweep at once (a conditional UPDATE); the claim in `execute`/`resume`
+      lets exactly one copy of a job proceed should the lost one turn up after all.
 
     Rows of processes gone for a day are deleted.
     """
@@ -1613,8 +1614,18 @@ def recover_stuck_runs(older_than: timedelta | None = None) -> Recovery:
                 [_run_updated(run_id, conversation_id, RunStatus.FAILED, RESTART_REASON)]
             )
     lost = stuck.exclude(status=RunStatus.RUNNING).filter(state_consumed=False)
+    inprocess = settings.AGENTSITE_EXECUTOR == "inprocess"
     for run_id, status in list(lost.values_list("pk", "status")):
-        executor.submit("execute" if status == RunStatus.QUEUED else "resume", run_id)
-        recovery.resubmitted += 1
+        # Taken once: every process sweeps, and the one whose conditional UPDATE (still that
+        # status, still quiet) wins submits the job; the run is then fresh until the next
+        # timeout. A queued in-process job is in this process's queue now, so the run names
+        # it, as `start_run` does: should this process go too, recovery takes it at once.
+        changes: dict[str, Any] = {"updated": timezone.now()}
+        if inprocess and status == RunStatus.QUEUED:
+            changes["process"] = heartbeat.owner()
+        taken = AgentRun.objects.filter(pk=run_id, status=status, state_consumed=False)
+        if taken.stuck(cutoff).update(**changes):
+            executor.submit("execute" if status == RunStatus.QUEUED else "resume", run_id)
+            recovery.resubmitted += 1
     heartbeat.prune()
     return recovery
