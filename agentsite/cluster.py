@@ -28,6 +28,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -319,6 +320,42 @@ http {{
 """
 
 
+def write_nginx_config(prefix: Path, logs: Path, port: int, upstream_ports: list[int]) -> Path:
+    """nginx's configuration in `prefix`: the cluster's main part and deploy/'s site, with
+    nginx on 127.0.0.1:`port` before the web processes on `upstream_ports`."""
+    prefix.mkdir(parents=True, exist_ok=True)
+    site = render_nginx_site(
+        {
+            "AGENTSITE_LISTEN": f"127.0.0.1:{port}",
+            "AGENTSITE_SERVER_NAME": "127.0.0.1 localhost",
+            "AGENTSITE_UPSTREAM_SERVERS": "\n    ".join(
+                f"server 127.0.0.1:{upstream};" for upstream in upstream_ports
+            ),
+            "AGENTSITE_STATIC_ROOT": str(STATIC_ROOT),
+        }
+    )
+    (prefix / "agentsite.conf").write_text(site)
+    (prefix / "nginx.conf").write_text(
+        NGINX_MAIN.format(
+            user=_nginx_user(), prefix=prefix, logs=logs, request_time="${request_time}s"
+        )
+    )
+    return prefix / "nginx.conf"
+
+
+def _nginx_user() -> str:
+    """Who nginx's workers run as, when it starts as root: nobody, who reads the static files
+    and nginx's own folders; root only if nobody could not reach the static files (a
+    checkout in a home folder others may not enter)."""
+    if os.geteuid() != 0:
+        return ""  # they stay this user
+    for folder in [STATIC_ROOT, *STATIC_ROOT.parents]:
+        if folder.exists() and not folder.stat().st_mode & stat.S_IXOTH:
+            return "user root root;\n"
+    nobody = pwd.getpwnam("nobody")
+    return f"user nobody {grp.getgrgid(nobody.pw_gid).gr_name};\n"
+
+
 def _postgres_bindir() -> Path:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
     if not found:
@@ -578,33 +615,14 @@ class Cluster:
 
     def _start_nginx(self) -> None:
         prefix = self.folder / "nginx"
-        prefix.mkdir(exist_ok=True)
-        site = render_nginx_site(
-            {
-                "AGENTSITE_LISTEN": f"127.0.0.1:{self.port}",
-                "AGENTSITE_SERVER_NAME": "127.0.0.1 localhost",
-                "AGENTSITE_UPSTREAM_SERVERS": "\n    ".join(
-                    f"server 127.0.0.1:{web.port};" for web in self.web
-                ),
-                "AGENTSITE_STATIC_ROOT": str(STATIC_ROOT),
-            }
-        )
-        (prefix / "agentsite.conf").write_text(site)
-        user = ""
-        if os.geteuid() == 0:
-            # Its workers drop root; they only read the static files and nginx's own folders.
-            nobody = pwd.getpwnam("nobody")
-            user = f"user nobody {grp.getgrgid(nobody.pw_gid).gr_name};\n"
-        (prefix / "nginx.conf").write_text(
-            NGINX_MAIN.format(
-                user=user, prefix=prefix, logs=self.logs, request_time="${request_time}s"
-            )
+        config = write_nginx_config(
+            prefix, self.logs, self.port, [web.port or 0 for web in self.web]
         )
         service = self._add(
             Service(
                 "nginx",
                 [NGINX, "-p", str(prefix), "-e", str(self.logs / "nginx-error.log")]
-                + ["-c", str(prefix / "nginx.conf"), "-g", "daemon off;"],
+                + ["-c", str(config), "-g", "daemon off;"],
                 dict(os.environ),
                 self.logs / "nginx.log",
                 answers=lambda service: answers_http(self.url + PROBE_PATH)(),
