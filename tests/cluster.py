@@ -45,11 +45,12 @@ NOT_INHERITED = (
     "DEBUG",
     "SECRET_KEY",
 )
-# A dead process is noticed within seconds (a beat a second, gone after four silent ones);
+# A dead process is noticed within seconds (a beat a second, gone after five silent ones: a
+# live process on a busy machine is never taken for dead);
 # nobody is rate-limited; a stopping web process drains for 2 s, not 10.
 TEST_ENV = {
     "AGENTSITE_HEARTBEAT_SECONDS": "1",
-    "AGENTSITE_PROCESS_TIMEOUT": "4",
+    "AGENTSITE_PROCESS_TIMEOUT": "5",
     "AGENTSITE_MESSAGES_PER_MINUTE": "0",
     "AGENTSITE_CONVERSATIONS_PER_HOUR": "0",
     "AGENTSITE_SHUTDOWN_GRACE": "2",

@@ -203,9 +203,9 @@ def test_a_worker_killed_mid_run_is_noticed_within_seconds_and_its_run_never_run
     took = time.monotonic() - killed
     print(f"worker killed with -9: its run failed {took:.2f} s later")
     assert RESTART_REASON in failed[3], failed
-    # Noticed by the others' heartbeats: four silent seconds (AGENTSITE_PROCESS_TIMEOUT), not
+    # Noticed by the others' heartbeats: five silent seconds (AGENTSITE_PROCESS_TIMEOUT), not
     # the 15 minutes of the stuck-run timeout.
-    assert took < 9, took
+    assert took < 10, took
     # Never re-run: still failed a while later, nobody claimed it, the tool ran once.
     time.sleep(3)
     assert run_of(cluster, session_id) == failed
