@@ -26,6 +26,7 @@ BENCHMARKS = {
     "tracing": "bench.trace_cost",
     "concurrency": "bench.concurrency",
     "pages": "bench.pages",
+    "push": "bench.push",
 }
 
 

@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +60,13 @@ PASSWORDS = {"alice": "alice-demo-pass", "rita": "rita-demo-pass"}
 
 
 @contextmanager
-def running_cluster(web_processes: int = 2, workers: int = 2, **env: str) -> Iterator[Cluster]:
+def running_cluster(
+    web_processes: int = 2,
+    workers: int = 2,
+    env: Mapping[str, str] | None = None,
+    **settings: str,
+) -> Iterator[Cluster]:
+    """A cluster whose processes get `env` and `settings` on top of the tests' environment."""
     # A folder of its own under /tmp, as tests/postgres.py's: pytest's temporary folders are
     # private to root, and PostgreSQL and nginx's workers run as other users.
     folder = Path(tempfile.mkdtemp(prefix="agentsite-cluster."))
@@ -71,7 +77,7 @@ def running_cluster(web_processes: int = 2, workers: int = 2, **env: str) -> Ite
         port=free_port(),
         web_processes=web_processes,
         workers=workers,
-        env={**TEST_ENV, **env},
+        env={**TEST_ENV, **(env or {}), **settings},
         base_env=base,
         fast_postgres=True,
     )
