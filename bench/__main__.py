@@ -27,6 +27,7 @@ BENCHMARKS = {
     "concurrency": "bench.concurrency",
     "pages": "bench.pages",
     "push": "bench.push",
+    "scaling": "bench.scaling",
 }
 
 
