@@ -28,6 +28,7 @@ BENCHMARKS = {
     "pages": "bench.pages",
     "push": "bench.push",
     "scaling": "bench.scaling",
+    "conversations": "bench.conversations",
 }
 
 
