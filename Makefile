@@ -1,5 +1,6 @@
-# agentsite: `make run` starts the site, `make test` runs the whole suite. Both set up
-# everything they need first, from this repository's own files.
+# agentsite: `make run` starts the site, `make cluster` starts it on several processes as
+# deployed, `make test` runs the whole suite. Each sets up everything it needs first, from this
+# repository's own files.
 
 # Python 3.13: the first of these that runs (pyenv's shim answers "command not found" for a
 # version it does not have active, so each candidate is tried, not just looked up).
@@ -10,9 +11,11 @@ PYTHON ?= $(shell for p in python3.13 $$HOME/.pyenv/versions/3.13*/bin/python3.1
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
+WEB_PROCESSES ?= 2
+WORKERS ?= 2
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench setup system-packages clean
+.PHONY: run cluster test lint bench setup system-packages clean
 
 # The virtualenv is rebuilt whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -34,15 +37,23 @@ run: $(STAMP)
 	@echo "agentsite on http://127.0.0.1:$(PORT)/"
 	DEBUG=1 $(BIN)/python -m agentsite.serve -b 127.0.0.1 -p $(PORT) agentsite.asgi:application
 
+# The site as deployed: PostgreSQL, Redis, WEB_PROCESSES web processes and WORKERS workers
+# behind nginx on PORT, from deploy/ (agentsite/cluster.py; data kept in .cluster/). Stop with
+# Ctrl-C.
+cluster: $(STAMP) system-packages
+	$(BIN)/python -m agentsite.cluster --port $(PORT) --web-processes $(WEB_PROCESSES) \
+		--workers $(WORKERS)
+
 system-packages:
 	scripts/ensure-system-packages
 
-# The whole suite on SQLite, then again (less the browser tests and the tests of agentsite's
-# SQLite backend) on a throwaway PostgreSQL server, where row locks and concurrent
-# transactions behave differently.
+# The whole suite on SQLite, then again (less the browser tests, the tests of agentsite's
+# SQLite backend, and the cluster's tests, which bring their own PostgreSQL) on a throwaway
+# PostgreSQL server, where row locks and concurrent transactions behave differently.
 test: $(STAMP) system-packages
 	$(BIN)/python -m pytest
-	scripts/with-postgres $(BIN)/python -m pytest -m "not browser and not sqlite" -p no:cacheprovider
+	scripts/with-postgres $(BIN)/python -m pytest -m "not browser and not sqlite and not cluster" \
+		-p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -53,4 +64,4 @@ bench: $(STAMP)
 	DEBUG=1 $(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) staticfiles .cluster .pytest_cache .mypy_cache .ruff_cache

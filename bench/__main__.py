@@ -29,6 +29,9 @@ BENCHMARKS = {
     "pages": "bench.pages",
     "asgi": "bench.asgi",
     "cpu": "bench.cpu",
+    "push": "bench.push",
+    "scaling": "bench.scaling",
+    "conversations": "bench.conversations",
 }
 
 

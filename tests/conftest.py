@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from tracing.exporter import DatabaseExporter
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered here, beside the markers pyproject.toml lists, by the cluster's tests.
+    config.addinivalue_line(
+        "markers",
+        "cluster: starts a cluster of its own (PostgreSQL, Redis, nginx, web and worker "
+        "processes: tests/cluster.py), so `make test` runs it once, in the SQLite pass",
+    )
+
+
 class RealModelCalled(AssertionError):
     pass
 
