@@ -132,7 +132,15 @@ def live_site(
 ) -> Iterator[LiveSite]:
     with django_db_blocker.unblock():
         database_url = test_database_url()
-    site = start_site(database_url, tmp_path_factory.mktemp("site") / "daphne.log")
+    # It serves the whole session on the test database: sweeping it (expiry every minute,
+    # recovery on every heartbeat) would act on the rows of whatever test runs then, as a
+    # foreign process (tests/test_sweeper_concurrency.py saw its requests expired by it). A
+    # test that wants a sweeping or beating server starts its own.
+    site = start_site(
+        database_url,
+        tmp_path_factory.mktemp("site") / "daphne.log",
+        {"AGENTSITE_SWEEP_SECONDS": "0", "AGENTSITE_HEARTBEAT_SECONDS": "0"},
+    )
     yield site
     stop_site(site)
 

@@ -8,7 +8,7 @@ is logged and never undoes (or fails) a run's pause, completion or decision.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents.tracing import gen_span_id
@@ -104,30 +104,8 @@ def record_decision(
 def record_stop(run_id: int, who: str, at: Any) -> None:
     """Store the user's Stop as a span of the run's trace (who, when), under its first agent
     span: the trace says why it ended, though its status is OK (a stop is no failure)."""
-    if not settings.AGENTSITE_TRACING:
-        return
-    try:
-        with transaction.atomic():
-            row = _run_row(run_id, None)
-            if row is None or not row["trace_id"]:
-                return
-            _upsert_trace(row, TraceStatus.RUNNING, follow=False)
-            Span.objects.create(
-                span_id=gen_span_id(),
-                trace_id=row["trace_id"],
-                parent_id=_agent_span_id(row["trace_id"], row["agent_name"]),
-                span_type="custom",
-                name=STOP_SPAN_NAME,
-                started_at=at,
-                ended_at=at,
-                span_data={
-                    "type": "custom",
-                    "name": STOP_SPAN_NAME,
-                    "data": {"stopped_by": who, "run_status": "cancelled"},
-                },
-            )
-    except Exception:
-        logger.exception("Tracing: the stop of run %s was not added to its trace", run_id)
+    data = lambda: {"stopped_by": who, "run_status": "cancelled"}  # noqa: E731
+    _record_ending(run_id, STOP_SPAN_NAME, data, TraceStatus.RUNNING, at, "stop")
 
 
 def record_failure(run_id: int, message: str, detail: Mapping[str, Any], at: Any) -> None:
@@ -135,6 +113,16 @@ def record_failure(run_id: int, message: str, detail: Mapping[str, Any], at: Any
     user read and the detail operators need (status code, request id, the provider's error).
     No span error: the SDK's own span of the failed call carries it, and the run's status
     already makes the trace's an error."""
+    data = lambda: redaction.clean({**detail, "user_message": message})  # noqa: E731
+    _record_ending(run_id, FAILURE_SPAN_NAME, data, TraceStatus.ERROR, at, "failure")
+
+
+def _record_ending(
+    run_id: int, name: str, data: Callable[[], Any], status: str, at: Any, what: str
+) -> None:
+    """One custom span `name` holding what `data()` gives, at `at`, under the run's first
+    agent span, its trace row upserted with `status`. Never raises: the run's end matters
+    more (logged)."""
     if not settings.AGENTSITE_TRACING:
         return
     try:
@@ -142,23 +130,19 @@ def record_failure(run_id: int, message: str, detail: Mapping[str, Any], at: Any
             row = _run_row(run_id, None)
             if row is None or not row["trace_id"]:
                 return
-            _upsert_trace(row, TraceStatus.ERROR, follow=False)
+            _upsert_trace(row, status, follow=False)
             Span.objects.create(
                 span_id=gen_span_id(),
                 trace_id=row["trace_id"],
                 parent_id=_agent_span_id(row["trace_id"], row["agent_name"]),
                 span_type="custom",
-                name=FAILURE_SPAN_NAME,
+                name=name,
                 started_at=at,
                 ended_at=at,
-                span_data={
-                    "type": "custom",
-                    "name": FAILURE_SPAN_NAME,
-                    "data": redaction.clean({**detail, "user_message": message}),
-                },
+                span_data={"type": "custom", "name": name, "data": data()},
             )
     except Exception:
-        logger.exception("Tracing: the failure of run %s was not added to its trace", run_id)
+        logger.exception("Tracing: the %s of run %s was not added to its trace", what, run_id)
 
 
 def _fields(run: AgentRun, status: str) -> Mapping[str, Any]:
