@@ -8,8 +8,8 @@ wrap each other's) and returns a `ModelFailure`:
   instead of the exception's text;
 - `detail`: for the run's admin page, its trace and the log: the kind, the HTTP status, the
   request id, the provider's error type, code and message, the attempts the client made, the
-  model and the endpoint. Every text in it has the API key masked (`mask`): a 401's body can
-  echo the key that was sent.
+  model and the endpoint. Every text in it has the API key masked
+  (`common.secrets.mask_api_key`): a 401's body can echo the key that was sent.
 
 The openai client retries a request that failed before its answer began
 (`AGENTSITE_MODEL_RETRIES`, engine/providers.py); what reaches here is what is left once it
@@ -30,7 +30,6 @@ from django.conf import settings
 
 from common import secrets
 
-API_KEY_MASK = secrets.API_KEY_MASK
 # The provider's message is kept whole up to this (a 400 can explain at length).
 MAX_DETAIL_CHARS = 2_000
 # Chains longer than this are cut (a cycle is stopped anyway).
@@ -81,12 +80,6 @@ class ModelFailure:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def mask(text: str) -> str:
-    """`text` without the configured API key, nor an echo of it masked but for its ends
-    (`common.secrets`)."""
-    return secrets.mask_api_key(text)
-
-
 def chain(exc: BaseException) -> Iterator[BaseException]:
     """`exc`, then what it was raised from or during, and so on (each once)."""
     seen: set[int] = set()
@@ -102,7 +95,7 @@ def describe(exc: BaseException) -> ModelFailure:
     links = list(chain(exc))
     kind, message = _classify(links)
     detail = _detail(links, kind)
-    return ModelFailure(kind=kind, message=mask(message), detail=detail)
+    return ModelFailure(kind=kind, message=secrets.mask_api_key(message), detail=detail)
 
 
 def _first[E: BaseException](links: list[BaseException], *types: type[E]) -> E | None:
@@ -254,7 +247,7 @@ def _retry_after(response: httpx2.Response) -> str:
 
 def _masked(value: Any) -> Any:
     if isinstance(value, str):
-        return mask(value)[:MAX_DETAIL_CHARS]
+        return secrets.mask_api_key(value)[:MAX_DETAIL_CHARS]
     if isinstance(value, dict):
         return {key: _masked(item) for key, item in value.items()}
     if isinstance(value, list):
