@@ -14,23 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
-from agents import RunConfig, Runner, SQLiteSession
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 from django.urls import reverse
 
 from approvals.models import AgentRun, RunStatus
-from bench import site, tracing_setup
-from bench.agents import TOOL_AGENT
+from bench import site, tracing_setup, turn
 from bench.harness import Config, Goal, Row, compared, interleave, ms, ratio
 from conversations.models import Conversation
 from engine import runs
 
 BENCHMARK = "CPU per turn"
 GOAL = Goal(1.3, "≤ 1.3×")
-QUESTION = "Where is my order 7?"
+QUESTION = turn.QUESTION
 
 
 def site_turns(count: int, traced: bool) -> list[float]:
@@ -66,23 +63,6 @@ def site_turns(count: int, traced: bool) -> list[float]:
     return times
 
 
-def sdk_turns(count: int, path: Path) -> list[float]:
-    """`count` turns of the bare SDK on one `SQLiteSession`; the process CPU seconds of each."""
-    session = SQLiteSession(site.sdk_session_id(), path)
-    config = RunConfig(tracing_disabled=True)
-
-    async def turns() -> list[float]:
-        times = []
-        for _ in range(count):
-            started = time.process_time()
-            result = await Runner.run(TOOL_AGENT, QUESTION, session=session, run_config=config)
-            times.append(time.process_time() - started)
-            assert result.final_output == "Done.", result.final_output
-        return times
-
-    return asyncio.run(turns())
-
-
 def run(config: Config) -> list[Row]:
     repeats = config.pick(3, 9)
     count = config.pick(5, 20)
@@ -91,7 +71,7 @@ def run(config: Config) -> list[Row]:
         {
             "ours": lambda: site_turns(count, traced=True),
             "untraced": lambda: site_turns(count, traced=False),
-            "peer": lambda: sdk_turns(count, path),
+            "peer": lambda: turn.sdk_turns(count, path, clock=time.process_time),
         },
         repeats,
     )

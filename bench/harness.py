@@ -187,6 +187,38 @@ def compared(
     )
 
 
+def mean_and_median(
+    benchmark: str,
+    case: str,
+    ours: Samples,
+    peer: Samples,
+    meaning: str,
+    goal: Goal,
+    median_meaning: str,
+) -> list[Row]:
+    """Two rows of one comparison of times per turn: the mean (held to `goal`), then the
+    median of every turn."""
+    return [
+        compared(
+            benchmark,
+            f"{case} (mean per turn)",
+            ms(ours.mean()),
+            ms(peer.mean()),
+            ratio(ours, peer),
+            meaning,
+            goal,
+        ),
+        compared(
+            benchmark,
+            f"{case} (median per turn)",
+            ms(median_of(ours.flat())),
+            ms(median_of(peer.flat())),
+            ratio(ours, peer, median_of),
+            median_meaning,
+        ),
+    ]
+
+
 def note(benchmark: str, case: str, meaning: str) -> Row:
     """A row without numbers: something skipped, or not measured yet, and why."""
     return Row(benchmark, case, "—", "—", "—", "", meaning)

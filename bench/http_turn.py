@@ -2,7 +2,7 @@
 127.0.0.1 (`tests/provider.py`, the one the tests use) speaking Chat Completions, streamed.
 
 Peer: the bare SDK, `Runner.run_streamed` on a `SQLiteSession` file, tracing disabled, with
-the same openai client settings agentsite uses (retries, timeout), the same wire format,
+an openai client built as agentsite builds one (retries, timeout), the same wire format,
 buffered streamed tool calls and usage asked for, and the events consumed to the end.
 Ours: agentsite's whole path, `runs.start_run` then `runs.execute`, with `OPENAI_BASE_URL`
 pointing at the server, trace export as in `bench/turn.py`. A turn is two HTTP requests.
@@ -16,19 +16,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx2
 from agents import ModelSettings, RunConfig, Runner, SQLiteSession
 from agents.models.openai_provider import OpenAIProvider
 from agents.tracing.processor_interface import TracingProcessor
-from django.conf import settings
 from django.test import override_settings
-from openai import AsyncOpenAI
 
 from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
 from bench.agents import HTTP_AGENT
-from bench.harness import Config, Goal, Row, arun, compared, interleave, median_of, ms, ratio
-from engine import runs
+from bench.harness import Config, Goal, Row, arun, interleave, mean_and_median
+from engine import providers, runs
 from tests.provider import LocalProvider, text, tool_call
 
 BENCHMARK = "turn over HTTP"
@@ -82,13 +79,8 @@ def site_turns(
 def sdk_turns(provider: LocalProvider, count: int, path: Path) -> list[float]:
     session = SQLiteSession(site.sdk_session_id(), path)
     script(provider, count)
-    timeout = settings.AGENTSITE_MODEL_TIMEOUT
-    client = AsyncOpenAI(
-        api_key="not-needed",
-        base_url=provider.url,
-        max_retries=settings.AGENTSITE_MODEL_RETRIES,
-        timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
-    )
+    with served_by(provider):
+        client = providers.openai_client()  # built here, outside a loop: a client of its own
     config = RunConfig(
         model=MODEL,
         model_provider=OpenAIProvider(
@@ -125,25 +117,14 @@ def run(config: Config) -> list[Row]:
             },
             repeats,
         )
-    ours, peer = samples["ours"], samples["peer"]
-    return [
-        compared(
-            BENCHMARK,
-            "one turn, one tool call, Chat Completions over HTTP (mean per turn)",
-            ms(ours.mean()),
-            ms(peer.mean()),
-            ratio(ours, peer),
-            "a whole turn through the real openai client and a local HTTP server "
-            f"(two streamed requests): agentsite's path ({tracing_words}) ÷ the bare SDK's "
-            "(Runner.run_streamed + SQLiteSession, tracing disabled), the same client settings",
-            GOAL,
-        ),
-        compared(
-            BENCHMARK,
-            "one turn, one tool call, Chat Completions over HTTP (median per turn)",
-            ms(median_of(ours.flat())),
-            ms(median_of(peer.flat())),
-            ratio(ours, peer, median_of),
-            "the same turns, medians",
-        ),
-    ]
+    return mean_and_median(
+        BENCHMARK,
+        "one turn, one tool call, Chat Completions over HTTP",
+        samples["ours"],
+        samples["peer"],
+        "a whole turn through the real openai client and a local HTTP server "
+        f"(two streamed requests): agentsite's path ({tracing_words}) ÷ the bare SDK's "
+        "(Runner.run_streamed + SQLiteSession, tracing disabled), the same client settings",
+        GOAL,
+        "the same turns, medians",
+    )

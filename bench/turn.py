@@ -10,6 +10,7 @@ benchmark awaits `runs.execute` itself. A turn is two model calls: the tool call
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agents import RunConfig, Runner, SQLiteSession
@@ -18,7 +19,7 @@ from agents.tracing.processor_interface import TracingProcessor
 from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
 from bench.agents import TOOL_AGENT
-from bench.harness import Config, Goal, Row, arun, compared, interleave, median_of, ms, ratio
+from bench.harness import Config, Goal, Row, arun, interleave, mean_and_median
 from engine import runs
 
 BENCHMARK = "turn overhead"
@@ -55,17 +56,20 @@ def site_turns(
     return times
 
 
-def sdk_turns(count: int, path: Path) -> list[float]:
-    """`count` turns of the bare SDK on one `SQLiteSession`; seconds per turn."""
+def sdk_turns(
+    count: int, path: Path, clock: Callable[[], float] = time.perf_counter
+) -> list[float]:
+    """`count` turns of the bare SDK on one `SQLiteSession`; `clock` seconds per turn (wall
+    time unless told)."""
     session = SQLiteSession(site.sdk_session_id(), path)
     config = RunConfig(tracing_disabled=True)
 
     async def turns() -> list[float]:
         times = []
         for _ in range(count):
-            started = time.perf_counter()
+            started = clock()
             result = await Runner.run(TOOL_AGENT, QUESTION, session=session, run_config=config)
-            times.append(time.perf_counter() - started)
+            times.append(clock() - started)
             assert result.final_output == "Done.", result.final_output
         return times
 
@@ -84,25 +88,14 @@ def run(config: Config) -> list[Row]:
         },
         repeats,
     )
-    ours, peer = samples["ours"], samples["peer"]
-    return [
-        compared(
-            BENCHMARK,
-            "one turn, one tool call (mean per turn)",
-            ms(ours.mean()),
-            ms(peer.mean()),
-            ratio(ours, peer),
-            "time of a whole turn, agentsite's path (start_run + execute, DjangoSession, saved "
-            f"run, events, {tracing_words}) ÷ the bare SDK's (Runner.run + SQLiteSession, "
-            "tracing disabled); ours − peer is what agentsite adds to every turn",
-            GOAL,
-        ),
-        compared(
-            BENCHMARK,
-            "one turn, one tool call (median per turn)",
-            ms(median_of(ours.flat())),
-            ms(median_of(peer.flat())),
-            ratio(ours, peer, median_of),
-            "the same turns, medians: the typical turn, without the slow outliers",
-        ),
-    ]
+    return mean_and_median(
+        BENCHMARK,
+        "one turn, one tool call",
+        samples["ours"],
+        samples["peer"],
+        "time of a whole turn, agentsite's path (start_run + execute, DjangoSession, saved "
+        f"run, events, {tracing_words}) ÷ the bare SDK's (Runner.run + SQLiteSession, "
+        "tracing disabled); ours − peer is what agentsite adds to every turn",
+        GOAL,
+        "the same turns, medians: the typical turn, without the slow outliers",
+    )
