@@ -1536,6 +1536,22 @@ class Recovery:
     failed: int = 0
     resubmitted: int = 0
 
+    def fail(self, run_id: int, conversation_id: int, **still: Any) -> None:
+        """Fail a running run a dead process left, if it still is as listed (`still`: the
+        conditions of `_fail_sync`), and tell its pages."""
+        if _fail_sync(run_id, RESTART_REASON, from_statuses=(RunStatus.RUNNING,), **still):
+            self.failed += 1
+            events.publish_sync(
+                [_run_updated(run_id, conversation_id, RunStatus.FAILED, RESTART_REASON)]
+            )
+
+    def resubmit(self, job: Job, run_id: int, taken: int) -> None:
+        """Submit `job` again if this process's conditional UPDATE took the run (`taken`
+        rows): of the processes that sweep at once, one does."""
+        if taken:
+            executor.submit(job, run_id)
+            self.resubmitted += 1
+
 
 RESTART_REASON = "Interrupted by a restart: the process running it stopped. Nothing was retried."
 
@@ -1568,16 +1584,12 @@ def recover_orphans() -> Recovery:
     ):
         if status == RunStatus.RUNNING:
             # Conditional again: still running, still that process's.
-            if _fail_sync(run_id, RESTART_REASON, from_statuses=(status,), owned_by=owner):
-                recovery.failed += 1
-                events.publish_sync(
-                    [_run_updated(run_id, conversation_id, RunStatus.FAILED, RESTART_REASON)]
-                )
-        elif AgentRun.objects.filter(pk=run_id, status=status, process=owner).update(
-            process=heartbeat.owner(), updated=timezone.now()
-        ):
-            executor.submit("execute", run_id)
-            recovery.resubmitted += 1
+            recovery.fail(run_id, conversation_id, owned_by=owner)
+        else:
+            taken = AgentRun.objects.filter(pk=run_id, status=status, process=owner).update(
+                process=heartbeat.owner(), updated=timezone.now()
+            )
+            recovery.resubmit("execute", run_id, taken)
     return recovery
 
 
@@ -1606,13 +1618,7 @@ def recover_stuck_runs(older_than: timedelta | None = None) -> Recovery:
     dead = stuck.filter(status=RunStatus.RUNNING).exclude(process__in=alive)
     for run_id, conversation_id in list(dead.values_list("pk", "conversation_id")):
         # Conditional again: a run that beat since the listing is alive and stays so.
-        if _fail_sync(
-            run_id, RESTART_REASON, from_statuses=(RunStatus.RUNNING,), quiet_since=cutoff
-        ):
-            recovery.failed += 1
-            events.publish_sync(
-                [_run_updated(run_id, conversation_id, RunStatus.FAILED, RESTART_REASON)]
-            )
+        recovery.fail(run_id, conversation_id, quiet_since=cutoff)
     lost = stuck.exclude(status=RunStatus.RUNNING).filter(state_consumed=False)
     inprocess = settings.AGENTSITE_EXECUTOR == "inprocess"
     for run_id, status in list(lost.values_list("pk", "status")):
@@ -1623,9 +1629,8 @@ def recover_stuck_runs(older_than: timedelta | None = None) -> Recovery:
         changes: dict[str, Any] = {"updated": timezone.now()}
         if inprocess and status == RunStatus.QUEUED:
             changes["process"] = heartbeat.owner()
-        taken = AgentRun.objects.filter(pk=run_id, status=status, state_consumed=False)
-        if taken.stuck(cutoff).update(**changes):
-            executor.submit("execute" if status == RunStatus.QUEUED else "resume", run_id)
-            recovery.resubmitted += 1
+        still = AgentRun.objects.filter(pk=run_id, status=status, state_consumed=False)
+        job: Job = "execute" if status == RunStatus.QUEUED else "resume"
+        recovery.resubmit(job, run_id, still.stuck(cutoff).update(**changes))
     heartbeat.prune()
     return recovery
