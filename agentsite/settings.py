@@ -422,6 +422,9 @@ AGENTSITE_APPROVAL_TTL = env_int("AGENTSITE_APPROVAL_TTL", 24 * 3600)
 AGENTSITE_REJECTION_MESSAGE = env_str(
     "AGENTSITE_REJECTION_MESSAGE", "A reviewer rejected this tool call."
 )
+# Whether a reviewer may approve a call in a conversation she started herself (separation of
+# duties: off, another reviewer must approve it; she may still reject it).
+AGENTSITE_SELF_APPROVAL = env_bool("AGENTSITE_SELF_APPROVAL", False)
 # Where runs execute: "inprocess" (an asyncio task in the server) or "tasks" (Django's tasks
 # on the database backend, run by workers started with `manage.py db_worker`).
 AGENTSITE_EXECUTOR = env_str("AGENTSITE_EXECUTOR", "inprocess")

@@ -139,7 +139,7 @@ class AgentRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 class ApprovalDecisionInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = ApprovalDecision
-    fields = ("created", "reviewer", "approved", "always", "message", "arguments_hash")
+    fields = ("created", "reviewer", "approved", "always", "message", "note", "arguments_hash")
     readonly_fields = fields
     ordering = ["created", "pk"]
     extra = 0
@@ -234,9 +234,15 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The audit trail: append-only, and only the engine appends."""
 
-    list_display = ["created", "request", "reviewer", "approved", "always", "message"]
+    list_display = ["created", "request", "reviewer", "approved", "always", "message", "note"]
     list_filter = ["approved", "always"]
-    search_fields = ["request__tool_name", "=request__call_id", "reviewer__username", "message"]
+    search_fields = [
+        "request__tool_name",
+        "=request__call_id",
+        "reviewer__username",
+        "message",
+        "note",
+    ]
     list_select_related = ["request", "reviewer"]
     date_hierarchy = "created"
     fields = readonly_fields = (
@@ -245,6 +251,7 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "approved",
         "always",
         "message",
+        "note",
         "arguments_hash",
         "created",
     )

@@ -11,13 +11,17 @@ request's decision panel), anything else only the pending count.
 One event reaches every open inbox of this process at once, and most of them show the same
 thing. So a socket's frame is rendered once per event and per what it depends on besides the
 event (a pending list's filter; a request page's request; nothing for the count alone), and
-every socket of that view sends the same text (see `shared`).
+every socket of that view sends the same text (see `shared`). What differs by reviewer is only
+whether she started the request's conversation (separation of duties: "needs another
+reviewer", Approve disabled): a frame holds both texts, rendered once, and each socket sends
+the one for its user (`Frame.for_user`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Hashable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
@@ -27,7 +31,7 @@ from django.template.loader import render_to_string
 from approvals import views
 from approvals.forms import InboxSocketForm
 from approvals.models import ApprovalRequest
-from engine import events
+from engine import events, runs
 from engine.access import GuardedConsumer
 from engine.permissions import is_reviewer
 
@@ -45,19 +49,33 @@ SHARE_MAX = 1024
 _Key = tuple[Hashable, ...]
 
 
+@dataclass(frozen=True)
+class Frame:
+    """What a socket sends for an event: `text`, or `own` to the reviewers in `owners` (who
+    started the request's conversation or asked for its run, and so may not approve it)."""
+
+    text: str
+    own: str = ""
+    owners: frozenset[int] = frozenset()
+
+    def for_user(self, user: Any) -> str:
+        pk = getattr(user, "pk", None)
+        return self.own if pk is not None and pk in self.owners else self.text
+
+
 class _Shared:
     """One render for one key: its task, and when it finished (None while it runs)."""
 
     __slots__ = ("done_at", "key", "loop", "task")
 
-    def __init__(self, key: _Key, render: Coroutine[Any, Any, str]) -> None:
+    def __init__(self, key: _Key, render: Coroutine[Any, Any, Frame]) -> None:
         self.key = key
         self.loop = asyncio.get_running_loop()
         self.task = self.loop.create_task(render)
         self.done_at: float | None = None
         self.task.add_done_callback(self._finished)
 
-    def _finished(self, task: asyncio.Task[str]) -> None:
+    def _finished(self, task: asyncio.Task[Frame]) -> None:
         if task.cancelled() or task.exception() is not None:
             if _shared.get(self.key) is self:
                 _shared.pop(self.key, None)
@@ -81,7 +99,7 @@ def _forget_stale(now: float) -> None:
                 break
 
 
-async def shared(key: _Key, render: Callable[[], Coroutine[Any, Any, str]]) -> str:
+async def shared(key: _Key, render: Callable[[], Coroutine[Any, Any, Frame]]) -> Frame:
     """`render()`'s text for `key`, rendered at most once while it is fresh: sockets asking
     while it renders await the same render, sockets asking shortly after get its text.
 
@@ -122,26 +140,52 @@ def _badge() -> str:
     return render_to_string("approvals/_badge.html", context)
 
 
-@database_sync_to_async
-def _render_badge() -> str:
-    return _badge()
+def _for_everyone(
+    approval: ApprovalRequest, render: Callable[[Any], str], after: str = ""
+) -> Frame:
+    """`render(viewer)` as reviewers see it, and, when the one who started its conversation
+    (or asked for its run) is a reviewer, as she sees it: "needs another reviewer"."""
+    text = render(None) + after
+    run = approval.run
+    starters = [
+        user
+        for user in (run.conversation.owner, run.requested_by)
+        if user is not None and runs.needs_another_reviewer(approval, user) and is_reviewer(user)
+    ]
+    if not starters:
+        return Frame(text)
+    owners = frozenset(user.pk for user in starters)
+    return Frame(text, own=render(starters[0]) + after, owners=owners)
 
 
 @database_sync_to_async
-def _render_new_row(request_id: int, back: str) -> str:
+def _render_badge() -> Frame:
+    return Frame(_badge())
+
+
+@database_sync_to_async
+def _render_new_row(request_id: int, back: str) -> Frame:
     approval = views.with_people(views.open_requests()).filter(pk=request_id).first()
     if approval is None:
-        return _badge()
-    row = views.render_row(approval, back=back)
-    return f'<div hx-swap-oob="afterbegin:#pending-rows">{row}</div>' + _badge()
+        return Frame(_badge())
+
+    def row(viewer: Any) -> str:
+        html = views.render_row(approval, back=back, user=viewer)
+        return f'<div hx-swap-oob="afterbegin:#pending-rows">{html}</div>'
+
+    return _for_everyone(approval, row, _badge())
 
 
 @database_sync_to_async
-def _render_decided_row(request_id: int, matches: Callable[[str, str], bool], back: str) -> str:
+def _render_decided_row(request_id: int, matches: Callable[[str, str], bool], back: str) -> Frame:
     approval = _load(request_id)
     if approval is None or not matches(approval.agent_name, approval.tool_name):
-        return _badge()
-    return views.render_row(approval, oob="true", back=back) + _badge()
+        return Frame(_badge())
+    return _for_everyone(
+        approval,
+        lambda viewer: views.render_row(approval, oob="true", back=back, user=viewer),
+        _badge(),
+    )
 
 
 def _removed_row(request_id: int) -> str:
@@ -150,17 +194,22 @@ def _removed_row(request_id: int) -> str:
 
 
 @database_sync_to_async
-def _render_panel(request_id: int) -> str:
+def _render_panel(request_id: int) -> Frame:
     approval = _load(request_id)
     if approval is None:
-        return _badge()
+        return Frame(_badge())
     context = {**views.panel_context(approval), "oob": True}
-    panel = render_to_string("approvals/request_detail.html#decision-panel", context)
     # The transcript's line of the call stops saying "waiting for you".
     state = render_to_string(
         "approvals/request_detail.html#call-state", {**context, "state_oob": True}
     )
-    return panel + state + _badge()
+
+    def panel(viewer: Any) -> str:
+        return render_to_string(
+            "approvals/request_detail.html#decision-panel", {**context, "user": viewer}
+        )
+
+    return _for_everyone(approval, panel, state + _badge())
 
 
 class InboxConsumer(GuardedConsumer):
@@ -211,17 +260,18 @@ class InboxConsumer(GuardedConsumer):
         if self.show == "pending":
             key = event_key(event)
             badge = await shared((*key, "badge"), _render_badge)
-            await self._send(_removed_row(event.request_id) + badge)
+            await self._send(_removed_row(event.request_id) + badge.text)
         else:
             await self._send(await self._decided(event))
 
-    async def _send(self, html: str) -> None:
+    async def _send(self, frame: Frame | str) -> None:
+        html = frame if isinstance(frame, str) else frame.for_user(self.scope.get("user"))
         if html.strip():
             await self.send(text_data=html)
 
     # --- this socket's frame, rendered once per event and view (see `shared`) -------------
 
-    async def _created(self, event: events.ApprovalCreated) -> str:
+    async def _created(self, event: events.ApprovalCreated) -> Frame:
         key = event_key(event)
         if self.show == "pending" and self.view.matches(event.agent_name, event.tool_name):
             back = self.back
@@ -231,7 +281,7 @@ class InboxConsumer(GuardedConsumer):
             )
         return await shared((*key, "badge"), _render_badge)
 
-    async def _decided(self, event: events.ApprovalDecided) -> str:
+    async def _decided(self, event: events.ApprovalDecided) -> Frame:
         key = event_key(event)
         if self.show == "pending":
             matches, back = self.view.matches, self.back

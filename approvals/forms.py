@@ -95,6 +95,13 @@ class DecisionForm(forms.Form):
         strip=True,
         widget=forms.Textarea(attrs={"rows": 3}),
     )
+    # For reviewers only (the audit and the history): never sent to the agent.
+    note = forms.CharField(
+        required=False,
+        max_length=runs.MAX_MESSAGE_CHARS,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
     # The arguments hash that was rendered with the buttons: a decision is about what was seen.
     seen_hash = forms.CharField(min_length=64, max_length=64)
     next = forms.CharField(required=False, max_length=2000)

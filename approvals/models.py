@@ -331,7 +331,8 @@ class ApprovalRequest(models.Model):
     def arguments_display(self) -> str:
         if not self.arguments_intact:
             return ARGUMENTS_TAMPERED
-        return json.dumps(self.arguments, indent=2, ensure_ascii=False, sort_keys=True)
+        # In the order stored (the model's; PostgreSQL's jsonb keeps its own), not sorted.
+        return json.dumps(self.arguments, indent=2, ensure_ascii=False)
 
     def call_display(self) -> str:
         """`cancel_order(order_id=42)`: how a person reads the call."""
@@ -355,7 +356,18 @@ class ApprovalDecision(models.Model):
         db_index=False,  # `decision_reviewer_created` starts with it
     )
     approved = models.BooleanField()
-    message = models.TextField(blank=True)
+    message = models.TextField(
+        "message to the agent",
+        blank=True,
+        help_text="For the agent: what the model reads when the call is rejected, so it may "
+        "reach the customer.",
+    )
+    note = models.TextField(
+        "internal note",
+        blank=True,
+        help_text="Internal note, for reviewers only: kept in the audit and the history, never "
+        "sent to the agent, the conversation or the trace.",
+    )
     always = models.BooleanField(
         default=False, help_text="For the rest of this run, decide this tool the same way."
     )

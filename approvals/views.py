@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
+from approvals import explain
 from approvals.forms import (
     BulkDecisionForm,
     DecisionForm,
@@ -34,7 +35,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from common.http import HtmxHttpRequest
 from conversations.rendering import review_lines
 from conversations.session import open_session
-from engine import facts, runs
+from engine import runs
 from engine.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
 
 PENDING_LIMIT = 100
@@ -51,7 +52,8 @@ def open_requests() -> QuerySet[ApprovalRequest]:
 
 
 def with_people(requests: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
-    """Everything a row shows, in the same query: who asked, who decided."""
+    """Everything a row shows, in the same query: who asked, who decided, whose conversation
+    it is (who may not approve it: `runs.needs_another_reviewer`)."""
     return requests.select_related("run__requested_by", "run__conversation__owner", "decided_by")
 
 
@@ -75,10 +77,11 @@ def render_row(approval: ApprovalRequest, **context: Any) -> str:
     """One row of the pending list, in whatever state the request is now, for a push.
 
     A pushed row has no CSRF token field: its forms post through htmx, which sends the page's
-    token in a header (`hx-headers` on <body>).
+    token in a header (`hx-headers` on <body>). `user` is the reviewer it is rendered for
+    (None: any reviewer who did not start its conversation).
     """
     return render_to_string(
-        "approvals/inbox.html#row", {"approval": approval, **context}, request=None
+        "approvals/inbox.html#row", {"approval": approval, "user": None, **context}, request=None
     )
 
 
@@ -113,7 +116,7 @@ def _safe_next(request: HttpRequest, value: str | None, default: str) -> str:
 def _pending_rows(form: InboxFilterForm) -> list[ApprovalRequest]:
     rows = with_people(open_requests().filter(form.request_filter())).order_by("-created", "-pk")
     pending = list(rows[:PENDING_LIMIT])
-    facts.attach(pending)  # what each call would touch, for the page at once
+    explain.attach(pending)  # each call for people, and what it would touch, for the page at once
     return pending
 
 
@@ -248,6 +251,7 @@ def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             message=form.cleaned_data["message"],
             always=form.always,
             seen_hash=form.cleaned_data["seen_hash"],
+            note=form.cleaned_data["note"],
         )
     except runs.DecisionRefused as refusal:
         notice, ok = str(refusal), False
@@ -379,6 +383,8 @@ def history(request: HttpRequest) -> HttpResponse:
         .filter(pk__in=list(page.object_list))
         .order_by("-created", "-pk")
     )
+    # What each call was, for people; not what it would touch now, which its decision changed.
+    explain.attach([decision.request for decision in on_page], with_facts=False)
     choices = _filter_choices(form, ApprovalRequest.objects.exclude(status=ApprovalStatus.PENDING))
     reviewers = _reviewer_names()
     chosen = form.cleaned_data.get("reviewer") if valid else None

@@ -10,6 +10,8 @@ from typing import Any
 
 from agents import Agent
 
+from engine.registry import review
+
 from .guardrails import no_card_numbers
 from .tools import cancel_order, issue_refund, lookup_order, search_knowledge_base, send_email
 
@@ -57,12 +59,15 @@ support_desk: Agent[Any] = Agent(
         cancel_order,
         issue_refund,
         send_email,
-        researcher.as_tool(
-            tool_name="research",
-            tool_description=(
-                "Ask the researcher about the shop's policies (refunds, cancellations, shipping, "
-                "returns, warranty). Input: the question, in a few words."
+        review(
+            researcher.as_tool(
+                tool_name="research",
+                tool_description=(
+                    "Ask the researcher about the shop's policies (refunds, cancellations, "
+                    "shipping, returns, warranty). Input: the question, in a few words."
+                ),
             ),
+            risk="low",  # it only reads; its own gated search asks a reviewer itself
         ),
     ],
     handoffs=[billing],

@@ -15,6 +15,7 @@ tools and in their approval policies, so nothing leaks about who else has which 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from django.db import IntegrityError, transaction
 
 from agentsite.db.hops import db_hop
 from engine.context import RequesterUnavailable, requesting_user_or_none, requesting_user_sync
+from engine.registry import review
 
 from .models import Order, OrderEvent, SentEmail, format_money
 
@@ -237,6 +239,70 @@ async def email_needs_approval(
     return order_id is not None and to_order_number(order_id) is None
 
 
+def order_facts(
+    calls: Sequence[tuple[dict[str, Any], Any]], *, action: str = ""
+) -> list[list[tuple[str, str] | tuple[str, str, bool]]]:
+    """What a reviewer should know about the order each call would touch, as the tool would
+    see it for the call's user (the run's requester), with a warning where the call would
+    change nothing or should not happen: no such order in the user's account, an order
+    delivered or already cancelled (`action` "cancel"), a refund of a cancelled order or of
+    more than is left (`action` "refund"), an address that is not the user's. One query for
+    all the calls; declared as the order tools' facts hook (`registry.review`)."""
+    read = (to_order_number(arguments.get("order_id")) for arguments, _ in calls)
+    numbers = {number for number in read if number is not None}
+    orders = {order.number: order for order in Order.objects.filter(number__in=numbers)}
+    return [_facts_of(arguments, user, orders, action) for arguments, user in calls]
+
+
+def _facts_of(
+    arguments: dict[str, Any], user: Any, orders: dict[int, Order], action: str
+) -> list[tuple[str, str] | tuple[str, str, bool]]:
+    facts: list[tuple[str, str] | tuple[str, str, bool]] = []
+    number = to_order_number(arguments.get("order_id"))
+    order = orders.get(number) if number is not None else None
+    # As `Order.objects.of_customer(user)` has it: another customer's order is not there.
+    if order is not None and (user is None or order.customer_id != user.pk):
+        order = None
+    if number is not None and order is None:
+        facts.append(("Order", f"{number}: not in this user's account; nothing will change", True))
+    if order is not None:
+        amount = format_money(order.amount)
+        if order.refunded_amount:
+            amount += f" ({format_money(order.refunded_amount)} refunded)"
+        facts += [
+            ("Order", f"{order.number}: {order.item}"),
+            ("Status", order.get_status_display()),
+            ("Amount", amount),
+            ("Customer", f"{order.customer_name} <{order.customer_email}>"),
+        ]
+        facts += _order_warnings(order, arguments, action)
+    to = arguments.get("to")
+    if isinstance(to, str):
+        own = {user.email} if user is not None and user.email else set()
+        if order is not None:
+            own.add(order.customer_email)
+        mine = to.strip().lower() in {address.strip().lower() for address in own}
+        facts.append(
+            ("Sends to", to)
+            if mine
+            else ("Sends to", f"{to}: not this user's address; not sent", True)
+        )
+    return facts
+
+
+def _order_warnings(order: Order, arguments: dict[str, Any], action: str) -> list[Any]:
+    if action == "cancel":
+        refusal = order.cancel_refusal()
+        return [("Cancel", refusal, True)] if refusal else []
+    if action == "refund":
+        if order.status == Order.Status.CANCELLED:
+            return [("Status", f"Order {order.number} is already cancelled.", True)]
+        amount = to_amount(arguments.get("amount"))
+        refusal = order.refund_refusal(amount) if amount is not None else None
+        return [("Refund", refusal, True)] if refusal else []
+    return []
+
+
 def for_the_asker(ctx: ToolContext[Any], act: Callable[[Any], str]) -> str:
     """`act(user)` for the active user who asked, or why nobody can be acted for."""
     try:
@@ -246,6 +312,7 @@ def for_the_asker(ctx: ToolContext[Any], act: Callable[[Any], str]) -> str:
     return act(customer)
 
 
+@review(risk="low", facts=order_facts)
 @function_tool
 def lookup_order(ctx: ToolContext[Any], order_id: int) -> str:
     """Look up one of the customer's orders: item, amount, status and what was refunded.
@@ -261,6 +328,8 @@ def lookup_order(ctx: ToolContext[Any], order_id: int) -> str:
     return for_the_asker(ctx, act)
 
 
+# No tool puts a cancelled order back.
+@review(risk="irreversible", facts=functools.partial(order_facts, action="cancel"))
 @function_tool(needs_approval=True)
 def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
     """Cancel an order that has not been delivered yet. Only the asker's own orders; a
@@ -274,6 +343,11 @@ def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
     )
 
 
+@review(
+    risk="irreversible",
+    money=["amount"],
+    facts=functools.partial(order_facts, action="refund"),
+)
 @function_tool(needs_approval=refund_needs_approval)
 def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:
     """Refund part or all of an order (only the asker's own).
@@ -297,6 +371,8 @@ def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:
     )
 
 
+# An email, once sent, cannot be taken back.
+@review(risk="irreversible", facts=order_facts)
 @function_tool(needs_approval=email_needs_approval)
 def send_email(
     ctx: ToolContext[Any], to: str, subject: str, body: str, order_id: int | None = None
@@ -316,45 +392,6 @@ def send_email(
             to, subject, body, ctx.tool_call_id, customer=customer, order_id=order_id
         ),
     )
-
-
-def order_facts(calls: Sequence[tuple[dict[str, Any], Any]]) -> list[list[tuple[str, str]]]:
-    """What a reviewer should know about the order each call would touch, as the tool would
-    see it for the call's user (the run's requester); one query for all the calls. Registered
-    for the order tools in `apps.py`."""
-    read = (to_order_number(arguments.get("order_id")) for arguments, _ in calls)
-    numbers = {number for number in read if number is not None}
-    orders = {order.number: order for order in Order.objects.filter(number__in=numbers)}
-    return [_facts_of(arguments, user, orders) for arguments, user in calls]
-
-
-def _facts_of(arguments: dict[str, Any], user: Any, orders: dict[int, Order]) -> list[Any]:
-    facts: list[tuple[str, str]] = []
-    number = to_order_number(arguments.get("order_id"))
-    order = orders.get(number) if number is not None else None
-    # As `Order.objects.of_customer(user)` has it: another customer's order is not there.
-    if order is not None and (user is None or order.customer_id != user.pk):
-        order = None
-    if number is not None and order is None:
-        facts.append(("Order", f"{number}: not in this user's account; nothing will change"))
-    if order is not None:
-        amount = format_money(order.amount)
-        if order.refunded_amount:
-            amount += f" ({format_money(order.refunded_amount)} refunded)"
-        facts += [
-            ("Order", f"{order.number}: {order.item}"),
-            ("Status", order.get_status_display()),
-            ("Amount", amount),
-            ("Customer", f"{order.customer_name} <{order.customer_email}>"),
-        ]
-    to = arguments.get("to")
-    if isinstance(to, str):
-        own = {user.email} if user is not None and user.email else set()
-        if order is not None:
-            own.add(order.customer_email)
-        mine = to.strip().lower() in {address.strip().lower() for address in own}
-        facts.append(("Sends to", to if mine else f"{to}: not this user's address; not sent"))
-    return facts
 
 
 KNOWLEDGE_BASE: dict[str, str] = {
@@ -404,6 +441,7 @@ def find_article(query: str) -> tuple[str, str] | None:
 
 # Gated although it only reads: the demo shows an approval raised inside an agent that another
 # agent uses as a tool, and a reviewer may not want internal articles quoted to customers.
+@review(risk="low")
 @function_tool(needs_approval=True)
 def search_knowledge_base(query: str) -> str:
     """Search the internal knowledge base of support articles.

@@ -11,17 +11,23 @@ with them wherever it answers: registered, as another agent's handoff target, or
 conversation that went on with it. So every such entry is applied before any agent is handed
 out, one agent object takes settings from one entry only, and `reset()` restores what its code
 declared.
+
+What reviewers read about a tool (`tool_sheet`): its description and JSON schema (the SDK's),
+and what its author declares beside it with `review(...)`: a risk level, which arguments are
+money, and a hook for the facts a call would touch (docs/agents.md, "Explaining a tool to
+reviewers").
 """
 
 from __future__ import annotations
 
 import copy
+import enum
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 # This module is `engine.registry`; absolute imports make `agents` the SDK, not this file.
 from agents import Agent, ModelSettings
@@ -134,20 +140,136 @@ def display_name(name: str) -> str:
         return name
 
 
+def find_tool(name: str | None, agent_name: str, tool_name: str) -> Any | None:
+    """The tool `tool_name` of the agent called `agent_name`, reachable from the agent `name`
+    stands for (from any registered agent when `name` is None); None when there is no such
+    tool (any more)."""
+    for start_name in agent_names() if name is None else [name]:
+        try:
+            start = get_agent(start_name)
+        except Exception:
+            continue
+        for agent in walk(start):
+            if agent.name != agent_name:
+                continue
+            for tool in agent.tools:
+                if getattr(tool, "name", None) == tool_name:
+                    return tool
+    return None
+
+
 def tool_description(name: str, agent_name: str, tool_name: str) -> str:
     """The description of the tool `tool_name` of the agent called `agent_name`, reachable
     from the agent `name` stands for; "" when there is no such tool (any more)."""
-    try:
-        start = get_agent(name)
-    except Exception:
-        return ""
-    for agent in walk(start):
-        if agent.name != agent_name:
-            continue
-        for tool in agent.tools:
-            if getattr(tool, "name", None) == tool_name:
-                return str(getattr(tool, "description", "") or "")
-    return ""
+    tool = find_tool(name, agent_name, tool_name)
+    return str(getattr(tool, "description", "") or "") if tool is not None else ""
+
+
+# --- what reviewers read about a tool -------------------------------------------------------
+
+
+class Risk(enum.StrEnum):
+    """How much a call can hurt, as the tool's author declares it."""
+
+    LOW = "low"  # reads, or changes what is easily put back
+    HIGH = "high"  # changes something that matters, but it can be put right
+    IRREVERSIBLE = "irreversible"  # money sent, an email gone, an order cancelled
+
+
+# A tool whose author declared nothing: it asks a person, so it is taken to matter. "low" would
+# lull the reviewer about a tool nobody described; "irreversible" would drown the tools whose
+# authors said so. The inbox says "not declared" beside it.
+UNDECLARED_RISK = Risk.HIGH
+
+# (arguments, user) of each call -> its facts, in the same order: each fact a (label, value)
+# pair, or (label, value, True) for a warning (`engine.facts.Fact`).
+FactsHook = Callable[[Sequence[tuple[dict[str, Any], Any]]], Sequence[Sequence[Any]]]
+
+
+@dataclass(frozen=True)
+class Review:
+    """What a tool's author declares for the reviewers of its calls."""
+
+    risk: Risk = UNDECLARED_RISK
+    declared: bool = False
+    # Arguments that are amounts of money in `currency` (an ISO 4217 code): shown as money.
+    money: tuple[str, ...] = ()
+    currency: str = "USD"
+    facts: FactsHook | None = None
+
+
+# id(tool) -> (the tool, its declarations); the tool is kept so that its id stays its own.
+_reviews: dict[int, tuple[Any, Review]] = {}
+_T = TypeVar("_T")
+
+
+def review(
+    tool: Any = None,
+    /,
+    *,
+    risk: Risk | str,
+    money: Sequence[str] = (),
+    currency: str = "USD",
+    facts: FactsHook | None = None,
+) -> Any:
+    """Declare, for a tool (an SDK `FunctionTool`, or any tool object), what its reviewers
+    read: `review(tool, risk="irreversible", money=["amount"], facts=hook)`, or
+    `@review(risk=...)` above `@function_tool`. Returns the tool itself.
+
+    Raises:
+        ValueError: `risk` is not one of low, high, irreversible; `money` names an argument
+            the tool's JSON schema does not have.
+    """
+    level = Risk(risk)
+
+    def declare(target: _T) -> _T:
+        schema = getattr(target, "params_json_schema", None) or {}
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        unknown = [n for n in money if isinstance(properties, dict) and n not in properties]
+        if unknown:
+            raise ValueError(f"review(money=...) names arguments the tool has not: {unknown}")
+        declared = Review(level, True, tuple(money), currency.upper(), facts)
+        _reviews[id(target)] = (target, declared)
+        return target
+
+    return declare if tool is None else declare(tool)
+
+
+def declared_review(tool: Any) -> Review:
+    """What `tool`'s author declared (`review`), or the defaults when nothing."""
+    found = _reviews.get(id(tool))
+    return found[1] if found is not None and found[0] is tool else Review()
+
+
+@dataclass(frozen=True)
+class ToolSheet:
+    """What reviewers read about a tool: the SDK tool's description and its schema's
+    properties (name -> schema, in the schema's order), and its author's `Review`."""
+
+    name: str
+    found: bool
+    description: str
+    properties: list[tuple[str, dict[str, Any]]]
+    review: Review
+
+
+def tool_sheet(name: str | None, agent_name: str, tool_name: str) -> ToolSheet:
+    """The sheet of the tool `find_tool` finds; an empty one when there is none (any more)."""
+    tool = find_tool(name, agent_name, tool_name)
+    if tool is None:
+        return ToolSheet(tool_name, False, "", [], Review())
+    schema = getattr(tool, "params_json_schema", None) or {}
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return ToolSheet(
+        name=tool_name,
+        found=True,
+        description=str(getattr(tool, "description", "") or ""),
+        properties=[
+            (str(key), value if isinstance(value, dict) else {})
+            for key, value in (properties.items() if isinstance(properties, dict) else [])
+        ],
+        review=declared_review(tool),
+    )
 
 
 def reset() -> None:

@@ -116,6 +116,11 @@ class RequestClosed(DecisionRefused):
     pass
 
 
+class NeedsAnotherReviewer(DecisionRefused):
+    """Separation of duties: nobody approves a call in a conversation she started herself
+    (unless `AGENTSITE_SELF_APPROVAL` is on)."""
+
+
 class RateLimited(Exception):
     """Too many messages from one person in a minute; the message says when to try again."""
 
@@ -1332,21 +1337,47 @@ def decide(
     message: str | None = None,
     always: bool = False,
     seen_hash: str | None = None,
+    note: str | None = None,
 ) -> ApprovalDecision:
     """Record a reviewer's decision; resume the run when its pause is fully decided.
 
-    Exactly one decision per request wins, whoever clicks how often.
+    Exactly one decision per request wins, whoever clicks how often. `message` is for the
+    agent (read as the tool's output when rejected, so it may reach the customer); `note` is
+    for reviewers only: kept in the audit, never given to the model, the session, the trace
+    or the chat.
 
     Raises:
         AlreadyDecided / RequestExpired / RequestClosed: with a message for the reviewer.
+        NeedsAnotherReviewer: an approval of a call in the reviewer's own conversation.
         DecisionRefused: the reviewer may not decide, or the arguments changed since they
             were shown (`seen_hash`).
     """
     if not permissions.is_reviewer(reviewer):
         raise DecisionRefused("You are not allowed to approve or reject tool calls.")
     return _record_decision(
-        request, reviewer, approve, message=message, always=always, seen_hash=seen_hash
+        request,
+        reviewer,
+        approve,
+        message=message,
+        always=always,
+        seen_hash=seen_hash,
+        note=note,
     )
+
+
+SELF_APPROVAL_REFUSED = (
+    "You started this conversation, so another reviewer must approve this call "
+    "(separation of duties). You may still reject it."
+)
+
+
+def needs_another_reviewer(request: ApprovalRequest, reviewer: Any) -> bool:
+    """Whether `reviewer` may not approve `request` herself: it is a call in a conversation
+    she started (or of a run she asked for) and `AGENTSITE_SELF_APPROVAL` is off."""
+    if settings.AGENTSITE_SELF_APPROVAL or reviewer is None or reviewer.pk is None:
+        return False
+    run = request.run
+    return reviewer.pk in (run.conversation.owner_id, run.requested_by_id)
 
 
 adecide = sync_to_async(decide)
@@ -1401,9 +1432,11 @@ def _record_decision(
     seen_hash: str | None,
     expired: bool = False,
     withdrawn: bool = False,
+    note: str | None = None,
 ) -> ApprovalDecision:
     request_id = request.pk if isinstance(request, ApprovalRequest) else int(request)
     message = (message or "").strip()[:MAX_MESSAGE_CHARS]
+    note = (note or "").strip()[:MAX_MESSAGE_CHARS]
     with transaction.atomic():
         current = ApprovalRequest.objects.select_related("run").get(pk=request_id)
         # Deciders of one run queue here, so the last decision of a pause always sees the
@@ -1417,6 +1450,9 @@ def _record_decision(
             .select_related("conversation")
             .get(pk=current.run_id)
         )
+        current.run = run
+        if approve and needs_another_reviewer(current, reviewer):
+            raise NeedsAnotherReviewer(SELF_APPROVAL_REFUSED)
         if seen_hash is not None and seen_hash != current.arguments_hash:
             raise DecisionRefused(
                 "The arguments changed since this request was shown to you; reload it."
@@ -1450,6 +1486,7 @@ def _record_decision(
             always=always,
             arguments_hash=seen_hash or current.arguments_hash,
             withdrawn=withdrawn,
+            note=note,
         )
         claimed = _claim_for_resume(run, current.pause)
         # In this transaction: the trace shows the decision exactly when the audit does.

@@ -177,7 +177,7 @@ def test_the_inbox_shows_whom_the_call_runs_for_and_the_order_it_touches(
     assert "Chen" not in other_row and "headphones" not in other_row.lower()
 
 
-def test_a_facts_function_that_fails_shows_nothing(alice: Any, client: Client) -> None:
+def test_a_facts_function_that_fails_says_facts_unavailable(alice: Any, client: Client) -> None:
     def broken(calls: Any) -> list[list[tuple[str, str]]]:
         raise RuntimeError("boom")
 
@@ -192,3 +192,4 @@ def test_a_facts_function_that_fails_shows_nothing(alice: Any, client: Client) -
     assert response.status_code == 200
     assert f'id="request-{request.pk}"' in response.content.decode()
     assert 'class="call-facts"' not in response.content.decode()
+    assert "Facts unavailable" in response.content.decode()

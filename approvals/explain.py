@@ -1,0 +1,158 @@
+"""Each request explains itself: what reviewers read beside a call, in the inbox row, on the
+request page and in the history.
+
+From the tool (`registry.tool_sheet`): its description, the risk its author declared, its
+arguments labelled from its JSON schema (each property's title, its description as a hint,
+in the schema's order, not the stored one), text as text with its line breaks, and money as
+money (the arguments its author declared as money, `review(money=[...])`). From the tool's
+facts hook (`engine.facts`): what the call would touch, with its warnings. Everything here is
+text for templates, which escape it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import TYPE_CHECKING, Any
+
+from engine import facts, registry
+from engine.facts import Fact
+
+if TYPE_CHECKING:
+    from approvals.models import ApprovalRequest
+
+ATTRIBUTE = "_explanation"
+# A text longer than this, or with a line break, is shown as a block of its own.
+LONG_TEXT = 80
+CURRENCY_SIGNS = {"USD": "$", "EUR": "€", "GBP": "£"}
+
+
+@dataclass(frozen=True)
+class Argument:
+    name: str
+    label: str
+    hint: str
+    value: str
+    # "text", "long" (a block, line breaks kept), "money", "number", "empty", "json"
+    kind: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    description: str
+    risk: str
+    risk_declared: bool
+    intact: bool
+    arguments: list[Argument]
+    # What the call would touch; None: its facts hook failed ("facts unavailable").
+    facts: list[Fact] | None = field(default_factory=list)
+
+    @property
+    def facts_unavailable(self) -> bool:
+        return self.facts is None
+
+    @property
+    def warnings(self) -> list[Fact]:
+        return [fact for fact in self.facts or [] if fact.warning]
+
+
+def description_text(description: str) -> str:
+    """A tool's description as prose: a docstring's line wrapping undone, its paragraphs kept
+    (separated by a blank line)."""
+    paragraphs = re.split(r"\n\s*\n", description.strip())
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+
+
+def money(value: Any, currency: str) -> str | None:
+    """`value` as an amount of `currency` ("$1,234.50"), or None when it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        amount = Decimal(str(value))
+    except ArithmeticError:
+        return None
+    if not amount.is_finite() or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    cents = amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    sign = CURRENCY_SIGNS.get(currency)
+    text = f"{abs(cents):,.2f}"
+    minus = "-" if cents < 0 else ""
+    return f"{minus}{sign}{text}" if sign else f"{minus}{text} {currency}"
+
+
+def _argument(name: str, schema: dict[str, Any], value: Any, review: registry.Review) -> Argument:
+    label = str(schema.get("title") or name.replace("_", " ").capitalize())
+    hint = str(schema.get("description") or "")
+    if name in review.money:
+        shown = money(value, review.currency)
+        if shown is not None:
+            return Argument(name, label, hint, shown, "money")
+    if value is None:
+        return Argument(name, label, hint, "—", "empty")
+    if isinstance(value, bool):
+        return Argument(name, label, hint, "yes" if value else "no", "text")
+    if isinstance(value, int | float):
+        return Argument(name, label, hint, str(value), "number")
+    if isinstance(value, str):
+        long = "\n" in value or len(value) > LONG_TEXT
+        return Argument(name, label, hint, value, "long" if long else "text")
+    return Argument(name, label, hint, json.dumps(value, ensure_ascii=False), "json")
+
+
+def arguments_for(arguments: Any, sheet: registry.ToolSheet) -> list[Argument]:
+    """The call's arguments for people: the schema's properties in its order, then any the
+    schema does not know (in the order the model sent them)."""
+    if not isinstance(arguments, dict):
+        return [Argument("", "Arguments", "", json.dumps(arguments, ensure_ascii=False), "json")]
+    shown = [
+        _argument(name, schema, arguments[name], sheet.review)
+        for name, schema in sheet.properties
+        if name in arguments
+    ]
+    known = {name for name, _ in sheet.properties}
+    shown += [
+        _argument(str(name), {}, value, sheet.review)
+        for name, value in arguments.items()
+        if name not in known
+    ]
+    return shown
+
+
+def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> None:
+    """Explain each of `requests` and keep it on the request (`for_request` reads it): one
+    tool lookup per tool, and one facts call per facts hook for them all."""
+    requests = list(requests)
+    if with_facts:
+        facts.attach(requests)
+    sheets: dict[tuple[str | None, str, str], registry.ToolSheet] = {}
+    for request in requests:
+        run = request.run if "run" in request._state.fields_cache else None
+        key = (run.agent_name if run else None, request.agent_name, request.tool_name)
+        sheet = sheets.get(key)
+        if sheet is None:
+            sheet = sheets[key] = registry.tool_sheet(*key)
+        intact = request.arguments_intact
+        setattr(
+            request,
+            ATTRIBUTE,
+            Explanation(
+                description=description_text(sheet.description),
+                risk=str(sheet.review.risk),
+                risk_declared=sheet.review.declared,
+                intact=intact,
+                arguments=arguments_for(request.arguments, sheet) if intact else [],
+                facts=facts.for_request(request) if with_facts else [],
+            ),
+        )
+
+
+def for_request(request: ApprovalRequest) -> Explanation:
+    """`request` explained, now unless `attach` did already."""
+    if not hasattr(request, ATTRIBUTE):
+        attach([request])
+    explanation: Explanation = getattr(request, ATTRIBUTE)
+    return explanation
