@@ -77,3 +77,70 @@ def test_a_row_explains_its_call_and_her_own_request_needs_another_reviewer(
     )
     own.refresh_from_db()
     assert own.status == ApprovalStatus.REJECTED
+
+
+def test_keyboard_only_a_reviewer_approves_three_requests_in_a_row_and_rejects_one(
+    live_site: Any, page: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    requests = [pause(f"cancel order {number}", alice) for number in (42, 44, 23)]
+    last = pause("cancel order 58", make_user(username="hugo"))
+
+    open_inbox(page, live_site, "rita")
+    # The skip link is the first stop of the keyboard, and leads to the requests.
+    page.keyboard.press("Tab")
+    skip = page.get_by_role("link", name="Skip to the requests")
+    expect(skip).to_be_focused()
+    expect(skip).to_be_visible()
+
+    rows = page.locator("#pending-rows > li.row-pending")
+    expect(rows).to_have_count(4)
+    page.keyboard.press("Enter")
+    expect(page.locator("#pending-rows")).to_be_focused()
+    page.keyboard.press("j")  # focus moves into the list: the newest first
+    expect(rows.first.locator("[data-row-focus]")).to_be_focused()
+    page.keyboard.press("j")
+    page.keyboard.press("k")
+    expect(page.locator(f"#request-{last.pk} [data-row-focus]")).to_be_focused()
+    page.keyboard.press("j")  # hugo's is the newest; alice's three follow, newest first
+    for request in reversed(requests):
+        focused = page.locator(f"#request-{request.pk} [data-row-focus]")
+        expect(focused).to_be_focused()
+        page.keyboard.press("a")
+        expect(page.locator(f"#request-{request.pk}")).to_contain_text("by rita")
+    page.screenshot(path="/tmp/r-workbench-keyboard.png", full_page=True)
+
+    # After the last of alice's, focus went back to the one left: reject it with a message.
+    expect(page.locator(f"#request-{last.pk} [data-row-focus]")).to_be_focused()
+    page.keyboard.press("r")
+    message = page.locator(f"#row-message-{last.pk}")
+    expect(message).to_be_focused()
+    page.keyboard.type("Order 58 is not cancellable today.")
+    page.screenshot(path="/tmp/r-workbench-reject.png", full_page=True)
+    page.keyboard.press("Control+Enter")
+    expect(page.locator(f"#request-{last.pk}")).to_contain_text("Rejected")
+
+    for request in requests:
+        request.refresh_from_db()
+        assert request.status == ApprovalStatus.APPROVED, request.pk
+    last.refresh_from_db()
+    assert last.status == ApprovalStatus.REJECTED
+    assert ApprovalDecision.objects.get(request=last).message == (
+        "Order 58 is not cancellable today."
+    )
+
+
+def test_a_new_request_is_announced_in_the_live_region(live_site: Any, page: Any) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    pause("cancel order 42", alice)
+    open_inbox(page, live_site, "rita")
+    announcer = page.locator("[aria-live='polite'][data-announcer]")
+    expect(announcer).to_have_text("")  # what was there already is not news
+
+    new = pause("cancel order 44", alice)
+    # A reconnect's re-read (live.js) brings it, as a push would.
+    page.evaluate("document.body.dispatchEvent(new CustomEvent('resync'))")
+    expect(page.locator(f"#request-{new.pk}")).to_be_visible()
+    expect(announcer).to_have_text("New request: cancel_order, asked by alice.")

@@ -1,4 +1,5 @@
-/* The inbox's small helpers: one copy of each pushed row, and the bulk selection. */
+/* The inbox's small helpers: one copy of each pushed row, the bulk selection, the keyboard
+   flow and the announcement of new requests. */
 (function () {
   "use strict";
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
@@ -42,4 +43,144 @@
   document.addEventListener("htmx:afterSettle", updateSelection);
   document.addEventListener("htmx:oobAfterSwap", updateSelection);
   document.addEventListener("DOMContentLoaded", updateSelection);
+
+  /* The keyboard flow: j / k move between pending requests, a approves the current one, r
+     opens its reject box with the message focused; after a decision, focus moves to the next
+     request. Keys typed into a field, or with a modifier, are left alone. */
+  function pendingRows() {
+    return Array.prototype.slice.call(
+      document.querySelectorAll("#pending-rows > li.row-pending"));
+  }
+
+  function currentRow() {
+    var active = document.activeElement;
+    return active && active.closest ? active.closest("#pending-rows > li.row-pending") : null;
+  }
+
+  function focusRow(row) {
+    if (!row) return false;
+    var target = row.querySelector("[data-row-focus]") || row;
+    target.focus();
+    target.scrollIntoView({block: "nearest"});
+    return true;
+  }
+
+  function move(step) {
+    var rows = pendingRows();
+    if (!rows.length) return;
+    var index = rows.indexOf(currentRow());
+    if (index === -1) {
+      focusRow(step > 0 ? rows[0] : rows[rows.length - 1]);
+    } else {
+      focusRow(rows[Math.min(Math.max(index + step, 0), rows.length - 1)]);
+    }
+  }
+
+  function typing(target) {
+    return target && target.closest &&
+      target.closest("input, textarea, select, [contenteditable], [contenteditable=true]");
+  }
+
+  // The row whose decision is on its way, and the one after it, where focus goes when the
+  // decided line replaces it.
+  var deciding = null;
+
+  function decide(row, button) {
+    deciding = {id: row.id, next: nextOf(row)};
+    button.click();
+  }
+
+  function afterDecision() {
+    if (!deciding) return;
+    var row = document.getElementById(deciding.id);
+    if (row && row.classList.contains("row-pending")) return;  // not landed yet
+    var next = deciding.next;
+    deciding = null;
+    if (next && document.body.contains(next) && next.classList.contains("row-pending")) {
+      focusRow(next);
+    } else if (!focusRow(pendingRows()[0])) {
+      document.getElementById("pending-rows").focus();
+    }
+  }
+
+  function approve(row) {
+    var button = row.querySelector('button[name="action"][value="approve"]');
+    if (!button) return;
+    if (button.disabled) {
+      announce("You started this conversation: another reviewer must approve it.");
+      return;
+    }
+    decide(row, button);
+  }
+
+  function openReject(row) {
+    var box = row.querySelector("[data-reject-box]");
+    if (!box) return;
+    box.hidden = false;
+    box.querySelector("[data-reject-message]").focus();
+  }
+
+  function nextOf(row) {
+    var rows = pendingRows();
+    var index = rows.indexOf(row);
+    return rows[index + 1] || rows[index - 1] || null;
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (!document.getElementById("pending-rows")) return;
+    if (event.target && event.target.matches && event.target.matches("[data-reject-message]")) {
+      var form = event.target.form;
+      var row = event.target.closest("li.row-pending");
+      if (event.key === "Escape") {
+        event.target.closest("[data-reject-box]").hidden = true;
+        focusRow(row);
+      } else if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        decide(row, form.querySelector('[data-reject-box] button[value="reject"]'));
+      }
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
+    var current = currentRow();
+    if (event.key === "j") move(1);
+    else if (event.key === "k") move(-1);
+    else if (event.key === "a" && current) approve(current);
+    else if (event.key === "r" && current) openReject(current);
+    else return;
+    event.preventDefault();
+  });
+
+  /* New requests are announced in the page's aria-live region: the rows that were not on the
+     page before, whether pushed or re-read on a reconnect. */
+  var seen = {};
+
+  function announce(text) {
+    var region = document.querySelector("[data-announcer]");
+    if (!region) return;
+    region.textContent = "";
+    // A change the screen reader notices even when the same words come twice.
+    setTimeout(function () { region.textContent = text; }, 50);
+  }
+
+  function noteRows(say) {
+    var fresh = pendingRows().filter(function (row) { return !seen[row.id]; });
+    fresh.forEach(function (row) { seen[row.id] = true; });
+    if (!say || !fresh.length) return;
+    var summaries = fresh.map(function (row) {
+      var body = row.querySelector("[data-summary]");
+      return body ? body.getAttribute("data-summary") : row.id;
+    });
+    announce((fresh.length === 1 ? "New request: " : fresh.length + " new requests: ") +
+      summaries.join("; ") + ".");
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var list = document.getElementById("pending-rows");
+    if (!list) return;
+    noteRows(false);
+    new MutationObserver(function () {
+      noteRows(true);
+      afterDecision();
+    }).observe(list, {childList: true});
+  });
 })();
