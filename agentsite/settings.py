@@ -423,8 +423,10 @@ AGENTSITE_REJECTION_MESSAGE = env_str(
     "AGENTSITE_REJECTION_MESSAGE", "A reviewer rejected this tool call."
 )
 # Where runs execute: "inprocess" (an asyncio task in the server) or "tasks" (Django's tasks
-# on the database backend, run by workers started with `manage.py db_worker`).
+# on the database backend, run by workers started with `manage.py run_worker`).
 AGENTSITE_EXECUTOR = env_str("AGENTSITE_EXECUTOR", "inprocess")
+# How many tasks (runs) one `manage.py run_worker` runs at once on its event loop.
+AGENTSITE_WORKER_CONCURRENCY = env_int("AGENTSITE_WORKER_CONCURRENCY", 20)
 # Per person: messages (runs started) in any minute, conversations opened in any hour (0: no
 # limit). Beyond them the page answers 429 with a message; nothing is stored.
 AGENTSITE_MESSAGES_PER_MINUTE = env_int("AGENTSITE_MESSAGES_PER_MINUTE", 10)
