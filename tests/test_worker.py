@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import OperationalError, connections
 from django.tasks import task
-from django_tasks_db.models import DBTaskResult
+from django_tasks_db.models import DBTaskResult, DBTaskResultQuerySet
 
 from approvals.models import AgentRun, ProcessKind, RunStatus, ServerProcess
 from engine import runs
@@ -158,6 +158,41 @@ def test_a_run_job_that_raises_fails_its_task_and_the_worker_goes_on(
     assert "the job broke" in failed.traceback
     assert [AgentRun.objects.get(pk=run.pk).status for run in fine] == [RunStatus.COMPLETED] * 2
     assert task_statuses() == ["FAILED", "SUCCESSFUL", "SUCCESSFUL"]
+
+
+def test_a_failed_claim_lets_the_runs_in_flight_finish_then_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BENCH_MODEL_LATENCY", "0.3")
+    run = start_run("where is order 44")
+    get_locked = DBTaskResultQuerySet.get_locked
+    claims: list[int] = []
+
+    def failing_after_the_first(self: DBTaskResultQuerySet) -> Any:
+        claims.append(1)
+        if len(claims) > 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return get_locked(self)
+
+    monkeypatch.setattr(DBTaskResultQuerySet, "get_locked", failing_after_the_first)
+    worker = ConcurrentWorker(
+        concurrency=4,
+        queue_names=["default"],
+        excluded_queue_names=[],
+        interval=0.02,
+        batch=False,
+        backend_name="default",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="failing-claims",
+    )
+    with pytest.raises(OperationalError):
+        worker.run()  # here: its second claim fails while the run is in flight
+    connections.close_all()
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED
+    assert task_statuses() == ["SUCCESSFUL"]
 
 
 @task()

@@ -83,7 +83,15 @@ class ConcurrentWorker(db_worker.Worker):
             "Running up to %d tasks at once (worker_id=%s)", self.concurrency, self.worker_id
         )
         try:
-            super().run()
+            try:
+                super().run()
+            except Exception:
+                # A claim failed (the database went away): the runs in flight may still end,
+                # so they are given the drain a signal would give them before it exits.
+                logger.exception("Claiming failed; finishing the tasks in flight, then exiting")
+                self.running = False
+                self._drain()
+                raise
             self._drain()
         except SystemExit as exiting:
             self._fail_in_flight(exiting)
