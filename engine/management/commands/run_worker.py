@@ -114,7 +114,8 @@ class ConcurrentWorker(db_worker.Worker):
                 self.in_flight(),
             )
             self.reset_signals()
-            # Their runs make no more progress here: none ends half-written after this.
+            # Their runs make no more progress here (a write already in a hop thread may
+            # still land): what they left is the others' recovery's.
             self._loop.call_soon_threadsafe(self._loop.stop)
             sys.exit(1)
         self._signalled = True
