@@ -451,7 +451,8 @@ class Cluster:
 
     def stop(self) -> None:
         """Stop every service this cluster started, by process id: nginx (no new request),
-        the web processes (each drains), the workers (each ends its task), Redis, PostgreSQL."""
+        the web processes (each drains), the workers (each lets its runs in flight end),
+        Redis, PostgreSQL."""
         for kind in ["nginx", "web", "worker", "redis", "postgres"]:
             # All of a kind at once (each web process drains on its own), then the next kind.
             of_kind = [s for s in self.services if s.name.split("-")[0] == kind and s.running()]
@@ -603,6 +604,8 @@ class Cluster:
                         {**env, **line.env},
                         self.logs / f"worker-{number}.log",
                         answers=_log_says("Starting worker"),
+                        # The drain: no more claims, the runs in flight end (a turn or so).
+                        stop_within=30,
                     )
                 )
             )

@@ -426,8 +426,12 @@ AGENTSITE_REJECTION_MESSAGE = env_str(
 # duties: off, another reviewer must approve it; she may still reject it).
 AGENTSITE_SELF_APPROVAL = env_bool("AGENTSITE_SELF_APPROVAL", False)
 # Where runs execute: "inprocess" (an asyncio task in the server) or "tasks" (Django's tasks
-# on the database backend, run by workers started with `manage.py db_worker`).
+# on the database backend, run by workers started with `manage.py run_worker`).
 AGENTSITE_EXECUTOR = env_str("AGENTSITE_EXECUTOR", "inprocess")
+# How many tasks (runs) one `manage.py run_worker` runs at once on its event loop. A run that
+# waits for its model costs a worker about 0.35 MB and no thread; a turn about 50 ms of CPU:
+# 50 runs on a model at 2 s a call keep about 60 % of the worker's one core busy.
+AGENTSITE_WORKER_CONCURRENCY = env_int("AGENTSITE_WORKER_CONCURRENCY", 50)
 # Per person: messages (runs started) in any minute, conversations opened in any hour (0: no
 # limit). Beyond them the page answers 429 with a message; nothing is stored.
 AGENTSITE_MESSAGES_PER_MINUTE = env_int("AGENTSITE_MESSAGES_PER_MINUTE", 10)

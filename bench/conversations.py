@@ -6,17 +6,30 @@ The model is the demo's, after `BENCH_MODEL_LATENCY` seconds of waiting per call
 (`LatencyDemoModel`, the cluster's `AGENTSITE_OFFLINE_MODEL`). A turn ("where is order 44") is
 two model calls, so the ideal wall time is 2 × the latency whatever N is; efficiency = ideal ÷
 the wall time from the first message sent (through nginx, from 20 threads) to the last run's
-end (its `finished`). The conversations are opened beforehand, untimed.
+end (its `finished`). The conversations are opened beforehand, untimed. One cluster serves
+every case; before each, its workers are started again with the case's latency (the web
+processes never call the model), and warmed by a few untimed turns until each has run one.
+
+The workers are `manage.py run_worker` at `AGENTSITE_WORKER_CONCURRENCY` (the default, unless
+the environment this runs in sets it); the row says which, the most runs each case had in
+flight at once (from the task rows' claim and end), how long the messages took to be
+accepted, how long a run took from its claim to its end, and the CPU of the web processes
+and of the workers (÷ N: a turn's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from django.conf import settings
+from django_tasks_db.models import DBTaskResult
 
 from bench.harness import Config, Row
 from demo.model import OfflineDemoModel
@@ -50,30 +63,77 @@ class LatencyDemoModel(OfflineDemoModel):
 
 
 def run(config: Config) -> list[Row]:
-    # (conversations, latency): 100 at 2 s would take about 200 s (see the rows' meaning).
-    cases = config.pick([(10, 0.2)], [(100, 0.2), (20, 2.0)])
+    # (conversations, latency per model call)
+    cases = config.pick([(10, 0.2)], [(20, 2.0), (100, 2.0), (100, 0.2)])
+    # The workers inherit this process's environment, and so its setting.
+    concurrency = settings.AGENTSITE_WORKER_CONCURRENCY
     rows = []
-    for conversations, latency in cases:
-        with running_cluster(env={**ENV, "BENCH_MODEL_LATENCY": str(latency)}) as cluster:
-            wall, cpu = _measure(cluster, conversations)
-        ideal = 2 * latency
-        efficiency = ideal / wall
-        rows.append(
-            Row(
-                BENCHMARK,
-                f"{conversations} conversations at once, model {latency:g} s per call, "
-                "2 web processes + 2 workers",
-                f"{wall:.1f} s wall, {efficiency:.0%} of ideal",
-                f"ideal {ideal:.1f} s",
-                f"{wall / ideal:.2f}×",
-                f"efficiency ≥ {GOAL:.0%}: {'met' if efficiency >= GOAL else 'MISSED'}",
-                "wall time from the first message to the last run's end ÷ the ideal (2 model "
-                f"calls); CPU of the cluster's web and worker processes over it: {cpu}. A "
-                "db_worker runs one task at a time, so N runs on 2 workers take N ÷ 2 turns "
-                "one after the other",
+    with running_cluster(env=ENV) as cluster:
+        alice = Person.signed_in(cluster.url, "alice")
+        for conversations, latency in cases:
+            _start_workers(cluster, latency)
+            _warm(cluster, alice)
+            seen = _measure(cluster, alice, conversations)
+            ideal = 2 * latency
+            efficiency = ideal / seen.wall
+            web_ms, worker_ms = (1000 * cpu / conversations for cpu in (seen.web, seen.workers))
+            rows.append(
+                Row(
+                    BENCHMARK,
+                    f"{conversations} conversations at once, model {latency:g} s per call, "
+                    "2 web processes + 2 workers",
+                    f"{seen.wall:.1f} s wall, {efficiency:.0%} of ideal",
+                    f"ideal {ideal:.1f} s",
+                    f"{seen.wall / ideal:.2f}×",
+                    f"efficiency ≥ {GOAL:.0%}: {'met' if efficiency >= GOAL else 'MISSED'}",
+                    "wall time from the first message to the last run's end ÷ the ideal (2 "
+                    f"model calls). The messages were accepted within {seen.sent:.1f} s; a run "
+                    f"took {seen.run_median:.1f} s from its claim to its end (median; "
+                    f"longest {seen.run_longest:.1f} s); at most {seen.most} runs in flight at "
+                    f"once (manage.py run_worker, concurrency {concurrency} per worker). CPU "
+                    f"over it: web processes {seen.web:.1f} s, workers {seen.workers:.1f} s "
+                    f"({web_ms:.0f} + {worker_ms:.0f} ms a turn; "
+                    f"{(seen.web + seen.workers) / seen.wall:.2f} cores)",
+                )
             )
-        )
     return rows
+
+
+def _start_workers(cluster: Any, latency: float) -> None:
+    for worker in cluster.worker:
+        worker.stop()
+    for worker in cluster.worker:
+        worker.env["BENCH_MODEL_LATENCY"] = str(latency)
+        worker.spawn()
+    for worker in cluster.worker:
+        worker.wait()
+
+
+def _warm(cluster: Any, alice: Person) -> None:
+    """A few untimed turns, until every worker has run one: a worker's first runs pay about a
+    second once (the SDK's and the clients' first use), which is a start's cost, not a
+    turn's."""
+    for _ in range(5):
+        if _warm_round(cluster, alice) == len(cluster.worker):
+            return
+
+
+def _warm_round(cluster: Any, alice: Person) -> int:
+    """Two turns per worker, waited for; how many workers ran them."""
+    table = DBTaskResult._meta.db_table
+    since = time.time()
+    sessions = [alice.new_conversation() for _ in range(2 * len(cluster.worker))]
+    for session in sessions:
+        alice.say(session, "where is order 44")
+    count = f"SELECT count(*), count(DISTINCT worker_ids) FROM {table} "
+    ended = count + "WHERE status = 'SUCCESSFUL' AND enqueued_at >= to_timestamp(%s)"
+    deadline = time.monotonic() + 60
+    while True:
+        [(done, workers)] = cluster_rows(cluster, ended, since)
+        if done == len(sessions):
+            return int(workers)
+        assert time.monotonic() < deadline, f"the warm-up: {done} of {len(sessions)} turns"
+        time.sleep(0.1)
 
 
 def _cpu_seconds(pids: list[int]) -> float:
@@ -85,11 +145,23 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def _measure(cluster: Any, conversations: int) -> tuple[float, str]:
-    alice = Person.signed_in(cluster.url, "alice")
+@dataclass
+class Seen:
+    wall: float  # the first message sent to the last run's end
+    sent: float  # the first message sent to the last run's creation (its POST answered)
+    run_median: float  # a run's claim to its end
+    run_longest: float
+    most: int  # runs in flight at once, at most
+    web: float  # CPU seconds of the web processes
+    workers: float  # and of the workers
+
+
+def _measure(cluster: Any, alice: Person, conversations: int) -> Seen:
+    [(before,)] = cluster_rows(cluster, "SELECT coalesce(max(id), 0) FROM approvals_agentrun")
     sessions = [alice.new_conversation() for _ in range(conversations)]
-    pids = [service.pid for service in cluster.web + cluster.worker]
-    cpu_before = _cpu_seconds(pids)
+    web = [service.pid for service in cluster.web]
+    workers = [service.pid for service in cluster.worker]
+    web_before, workers_before = _cpu_seconds(web), _cpu_seconds(workers)
     started = time.time()
     with ThreadPoolExecutor(20) as pool:
         list(pool.map(lambda session: alice.say(session, "where is order 44"), sessions))
@@ -99,14 +171,50 @@ def _measure(cluster: Any, conversations: int) -> tuple[float, str]:
             cluster,
             "SELECT count(*) FILTER (WHERE status = 'completed'), "
             "count(*) FILTER (WHERE status NOT IN ('queued', 'running', 'completed')) "
-            "FROM approvals_agentrun",
+            "FROM approvals_agentrun WHERE id > %s",
+            before,
         )
         assert not failed, f"{failed} run(s) did not complete"
         if done == conversations:
             break
         assert time.monotonic() < deadline, f"{done} of {conversations} runs completed"
         time.sleep(0.1)
-    [(end,)] = cluster_rows(cluster, "SELECT max(finished) FROM approvals_agentrun")
-    wall = end.timestamp() - started
-    cpu = _cpu_seconds(pids) - cpu_before
-    return wall, f"{cpu:.1f} s ({cpu / wall:.2f} cores)"
+    web_cpu, workers_cpu = _cpu_seconds(web) - web_before, _cpu_seconds(workers) - workers_before
+    [(created, end)] = cluster_rows(
+        cluster, "SELECT max(created), max(finished) FROM approvals_agentrun WHERE id > %s", before
+    )
+    runs = sorted(
+        (finished - claimed).total_seconds()
+        for claimed, finished in cluster_rows(
+            cluster,
+            f"SELECT started_at, finished_at FROM {DBTaskResult._meta.db_table} "
+            "WHERE started_at >= to_timestamp(%s)",
+            started,
+        )
+    )
+    return Seen(
+        wall=end.timestamp() - started,
+        sent=created.timestamp() - started,
+        run_median=statistics.median(runs),
+        run_longest=runs[-1],
+        most=_most_in_flight(cluster, started),
+        web=web_cpu,
+        workers=workers_cpu,
+    )
+
+
+def _most_in_flight(cluster: Any, since: float) -> int:
+    """The most tasks claimed and not yet ended at one instant, of those claimed since
+    `since` (their rows' `started_at` and `finished_at`)."""
+    spans = cluster_rows(
+        cluster,
+        f"SELECT started_at, finished_at FROM {DBTaskResult._meta.db_table} "
+        "WHERE started_at >= to_timestamp(%s)",
+        since,
+    )
+    edges = sorted([(s, 1) for s, _ in spans] + [(f, -1) for _, f in spans if f is not None])
+    open_now = most = 0
+    for _, step in edges:
+        open_now += step
+        most = max(most, open_now)
+    return most

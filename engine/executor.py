@@ -7,8 +7,8 @@ startup (`engine.apps.EngineConfig.ready`, the composition root).
   command, a test, the admin under WSGI) the tasks go to one background loop of this
   process instead. Tasks are kept referenced until done.
 - "tasks": Django's Tasks framework with the database backend (django-tasks-db); workers in
-  separate processes (`manage.py db_worker`) pick runs up, so runs survive a web process
-  restart and scale out.
+  separate processes (`manage.py run_worker`, many runs at once each) pick runs up, so runs
+  survive a web process restart and scale out.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class InProcessExecutor:
 
 
 class TasksExecutor:
-    """Hands jobs to Django's Tasks framework; `manage.py db_worker` processes run them."""
+    """Hands jobs to Django's Tasks framework; `manage.py run_worker` processes run them."""
 
     def submit(self, job: Job, run_id: int) -> None:
         if _wiring.enqueue is None:

@@ -1,32 +1,33 @@
-"""Django Tasks entry points, for the "tasks" executor: `manage.py db_worker` runs these.
+"""Django Tasks entry points, for the "tasks" executor: `manage.py run_worker` runs these,
+many at once on one event loop (`engine/management/commands/run_worker.py`).
 
-The first task a process runs makes it a process that beats (`sweeper.start_thread`, a
-daemon thread): the runs it claims name it as their owner, and when it dies they fail at
-once. Started here rather than by a wrapper command, so `manage.py db_worker` stays Django's
-own command, and a worker that never runs a task keeps no row.
+They are coroutine functions, so a worker awaits them on its loop; Django's `Task.call` runs a
+coroutine function through `async_to_sync`, so django-tasks-db's own `manage.py db_worker`
+still runs them, one at a time. The first task a process runs makes it a process that beats
+(`sweeper.start_thread`, a daemon thread; `run_worker` starts it before its first claim): the
+runs it claims name it as their owner, and when it dies they fail at once.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from django.tasks import task
 
+from agentsite.db.hops import db_hop
 from approvals.models import ProcessKind
 from engine import runs, sweeper
 from engine.executor import Job
 
 
 @task()
-def execute_run(run_id: int) -> None:
-    sweeper.start_thread(ProcessKind.WORKER)
-    asyncio.run(runs.run_job("execute", run_id))
+async def execute_run(run_id: int) -> None:
+    await db_hop(sweeper.start_thread)(ProcessKind.WORKER)
+    await runs.run_job("execute", run_id)
 
 
 @task()
-def resume_run(run_id: int) -> None:
-    sweeper.start_thread(ProcessKind.WORKER)
-    asyncio.run(runs.run_job("resume", run_id))
+async def resume_run(run_id: int) -> None:
+    await db_hop(sweeper.start_thread)(ProcessKind.WORKER)
+    await runs.run_job("resume", run_id)
 
 
 def enqueue(job: Job, run_id: int) -> None:

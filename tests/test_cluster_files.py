@@ -39,7 +39,9 @@ def test_the_process_list_releases_then_runs_web_processes_and_workers_on_the_ta
     assert command[0] == sys.executable  # this checkout's virtualenv
     assert command[command.index("-p") + 1] == "8123"
     assert "--proxy-headers" in command  # the client's address is nginx's X-Forwarded-For
-    assert worker.command()[1:3] == ["manage.py", "db_worker"]
+    # The worker that runs many runs at once (engine/management/commands/run_worker.py), not
+    # django-tasks-db's `db_worker`, which runs one at a time.
+    assert worker.command()[1:3] == ["manage.py", "run_worker"]
     with pytest.raises(ValueError, match="needs a port"):
         web.command()
 

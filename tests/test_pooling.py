@@ -1,9 +1,10 @@
 """Database connections stay within a budget under load (issue 11, item 17).
 
 A throwaway PostgreSQL server whose `max_connections` is the budget, a real web process
-(daphne, the tasks executor, Redis) and two real `manage.py db_worker` processes; then many
-users at once log in, open a conversation and send messages one after the other, each waiting
-for the offline demo model's reply. Every process pools its connections
+(daphne, the tasks executor, Redis) and two real `manage.py run_worker` processes (each runs
+many runs at once, on the same few connections); then many users at once log in, open a
+conversation and send messages one after the other, each waiting for the offline demo
+model's reply. Every process pools its connections
 (`DATABASE_POOL_MAX_SIZE`), so the processes together never ask for more than the budget: no
 500, no "too many clients", every message stored, every run completed.
 
@@ -95,7 +96,7 @@ class Worker:
 def start_worker(env: dict[str, str], log_path: Path) -> Worker:
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "manage.py", "db_worker", "--interval", "0.05"]
+            [sys.executable, "manage.py", "run_worker", "--interval", "0.05"]
             + ["--no-startup-delay", "--no-reload"],
             cwd=ROOT,
             env=env,
