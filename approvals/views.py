@@ -391,8 +391,8 @@ def _set_aside_reason(
 
 
 def _bulk_confirmation(request: HtmxHttpRequest, form: BulkDecisionForm, back: str) -> HttpResponse:
-    """The first step: what the bulk decision would decide, read from the database now, by
-    number; what it would not (and why) set apart. The confirmation's token
+    """The first step: what the bulk decision would decide, read from the database now, in
+    the inbox's order; what it would not (and why) set apart. The confirmation's token
     covers exactly the ids it lists, with the arguments hashes it shows."""
     ids: list[int] = form.cleaned_data["ids"]
     found = {a.pk: a for a in with_people(ApprovalRequest.objects.filter(pk__in=ids))}
@@ -400,7 +400,9 @@ def _bulk_confirmation(request: HtmxHttpRequest, form: BulkDecisionForm, back: s
     now = timezone.now()
     listed: list[ApprovalRequest] = []
     set_aside: list[dict[str, Any]] = []
-    for pk in ids:
+    # The rows in the inbox's order (newest first), then the ids no row has.
+    inbox_order = sorted(found.values(), key=lambda a: (a.created, a.pk), reverse=True)
+    for pk in [a.pk for a in inbox_order] + [pk for pk in ids if pk not in found]:
         approval = found.get(pk)
         if approval is None:
             set_aside.append({"pk": pk, "approval": None, "why": f"Request #{pk} does not exist."})

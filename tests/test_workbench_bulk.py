@@ -84,7 +84,8 @@ def test_it_asks_to_confirm_exactly_the_selected_requests_and_decides_nothing_ye
 
     assert response.status_code == 200
     html = text(response)
-    assert listed_ids(html) == [refund.pk, email.pk, cancel.pk]  # as selected; no other row
+    # As selected, no other row, in the inbox's order (newest first).
+    assert listed_ids(html) == [cancel.pk, email.pk, refund.pk]
     assert other_refund.pk not in listed_ids(html)
     assert "Approve 3 requests?" in html
     # What will run, for people: the tool, its labelled arguments, its risk.
@@ -125,7 +126,7 @@ def test_the_confirmed_ids_must_be_exactly_the_listed_ones(client: Client, rita:
         assert response.status_code == 200
         assert "does not match the requests it listed" in html
         # A fresh confirmation of what was posted, which still needs confirming.
-        assert listed_ids(html) == sorted(ids)
+        assert listed_ids(html) == sorted(ids, reverse=True)
     # The action is part of what was confirmed, and the hashes too.
     assert "does not match" in text(client.post(URL, {**data, "action": "reject"}))
     swapped = {**data, f"hash-{first.pk}": arguments_hash({"order_id": 1})}
@@ -191,7 +192,7 @@ def test_what_changed_before_the_confirmation_is_set_apart_not_listed(
     html = text(client.post(URL, data))
 
     assert listed_ids(html) == [fine.pk]
-    assert set_aside_ids(html) == [changed.pk, decided.pk, own.pk, 999999]
+    assert set_aside_ids(html) == [own.pk, decided.pk, changed.pk, 999999]
     assert "Approve 1 request?" in html
     assert "4 of the 5 selected will not be approved" in html
     assert "changed since the inbox showed" in html
@@ -227,7 +228,7 @@ def test_a_bulk_rejection_carries_a_message_for_the_agent_and_a_note_for_reviewe
     own = make_request(run=make_run(owner=rita), tool_name="issue_refund")
     html = text(client.post(URL, selection("reject", first, second, own)))
     # She may reject her own call; the confirmation asks for the message and the note.
-    assert listed_ids(html) == [first.pk, second.pk, own.pk]
+    assert listed_ids(html) == [own.pk, second.pk, first.pk]
     assert "Reject 3 requests?" in html
     assert "Message to the agent" in html
     assert "Internal note" in html
@@ -254,7 +255,7 @@ def test_over_htmx_the_confirmation_is_a_fragment_and_the_result_updates_the_row
     html = text(asked)
     assert "<html" not in html
     assert asked.headers["HX-Retarget"] == "#bulk-confirm"  # the inbox's dialog
-    assert listed_ids(html) == [first.pk, second.pk]
+    assert listed_ids(html) == [second.pk, first.pk]
     assert "data-bulk-cancel" in html  # cancelling closes the dialog; nothing is posted
     decided = text(client.post(URL, confirmation_data(html), **HTMX))
     assert "Approved 2 requests." in decided
