@@ -6,10 +6,13 @@ with the form's errors; a well-formed filter that matches nothing is an empty li
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
+from django.core import signing
 from django.core.exceptions import ValidationError
 from django.db.models import Q, Subquery
 
@@ -137,11 +140,35 @@ class RequestIdsField(forms.Field):
 
 
 class BulkDecisionForm(forms.Form):
+    """A bulk decision, in two steps. Without `confirm` it asks for a confirmation (the view
+    lists the requests from the database); with it, the ids and hashes posted must be
+    exactly the ones that confirmation listed (`confirmation_token`), and they are decided."""
+
     ACTIONS = [("approve", "Approve selected"), ("reject", "Reject selected")]
 
     action = forms.ChoiceField(choices=ACTIONS)
     ids = RequestIdsField()
     next = forms.CharField(required=False, max_length=2000)
+    # A rejection's two messages, as on one request (`DecisionForm`).
+    message = forms.CharField(
+        required=False,
+        max_length=runs.MAX_MESSAGE_CHARS,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+    note = forms.CharField(
+        required=False,
+        max_length=runs.MAX_MESSAGE_CHARS,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+    confirm = forms.CharField(required=False, max_length=500)
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+        # Why a posted confirmation was not taken ("" when there was none or it holds).
+        self.confirm_problem = ""
 
     def seen_hash(self, pk: int) -> str | None:
         """The hash rendered beside request `pk`'s checkbox, if the page sent one."""
@@ -151,3 +178,47 @@ class BulkDecisionForm(forms.Form):
     @property
     def approve(self) -> bool:
         return self.cleaned_data["action"] == "approve"
+
+    def is_confirmed(self) -> bool:
+        """Whether this POST carries a confirmation that holds: the second step. A token
+        signed for other ids, hashes, action or reviewer, or one too old, does not
+        (`confirm_problem` says why)."""
+        token = self.cleaned_data.get("confirm")
+        if not token:
+            return False
+        try:
+            signed = signing.loads(token, salt=CONFIRM_SALT, max_age=CONFIRM_MAX_AGE)
+        except signing.SignatureExpired:
+            self.confirm_problem = (
+                "This confirmation is too old; check the requests again before deciding them."
+            )
+            return False
+        except signing.BadSignature:
+            signed = None
+        posted = {pk: self.seen_hash(pk) for pk in self.cleaned_data["ids"]}
+        digest = confirmation_digest(self.user.pk, self.cleaned_data["action"], posted)
+        if not isinstance(signed, str) or not hmac.compare_digest(signed, digest):
+            self.confirm_problem = MISMATCH
+            return False
+        return True
+
+
+CONFIRM_SALT = "approvals.bulk-confirm"
+# How long a confirmation may be taken (seconds): past it, the requests are listed again.
+CONFIRM_MAX_AGE = 30 * 60
+MISMATCH = (
+    "This confirmation does not match the requests it listed; check them again before "
+    "deciding them."
+)
+
+
+def confirmation_digest(user_id: int | None, action: str, hashes: dict[int, str | None]) -> str:
+    """What a confirmation is about: who, which action, which requests with which arguments."""
+    listed = ",".join(f"{pk}:{hashes[pk] or ''}" for pk in sorted(hashes))
+    return hashlib.sha256(f"{user_id}|{action}|{listed}".encode()).hexdigest()
+
+
+def confirmation_token(user_id: int | None, action: str, hashes: dict[int, str]) -> str:
+    """The token a confirmation posts back: `hashes` are the requests it lists, each with
+    the arguments hash it shows."""
+    return signing.dumps(confirmation_digest(user_id, action, dict(hashes)), salt=CONFIRM_SALT)

@@ -21,8 +21,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import reswap, retarget
 
 from approvals import explain
 from approvals.forms import (
@@ -30,6 +32,7 @@ from approvals.forms import (
     DecisionForm,
     HistoryFilterForm,
     InboxFilterForm,
+    confirmation_token,
 )
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from common.http import HtmxHttpRequest
@@ -291,30 +294,43 @@ def _decision_fragment(
 @login_required
 @reviewer_required
 def bulk_decide(request: HtmxHttpRequest) -> HttpResponse:
-    """Approve or reject the selected requests, each through `runs.decide`."""
-    form = BulkDecisionForm(request.POST)
+    """Approve or reject the selected requests, in two steps: without a confirmation, list
+    what would be decided (`_bulk_confirmation`) and decide nothing; with the confirmation
+    those ids were listed with, decide each through `runs.decide`."""
+    form = BulkDecisionForm(request.POST, user=request.user)
     back = _safe_next(request, request.POST.get("next"), inbox_url())
     if not form.is_valid():
         errors = _errors_text(form)
         if request.htmx:
             context = {"outcomes": [], "summary": errors, "ok": False}
             context["pending_count"] = pending_count()
-            return render(request, "approvals/inbox.html#bulk-result", context)
+            response = render(request, "approvals/inbox.html#bulk-result", context)
+            # The first step's answer goes to the confirmation dialog; an error to the flash.
+            return retarget(reswap(response, "innerHTML"), "#flash")
         messages.error(request, errors)
         return HttpResponseRedirect(back)
+    if not form.is_confirmed():
+        return _bulk_confirmation(request, form, back)
 
     ids: list[int] = form.cleaned_data["ids"]
     found = {a.pk: a for a in ApprovalRequest.objects.filter(pk__in=ids)}
     outcomes: list[dict[str, Any]] = []
     decided = 0
+    # A rejection's message and note, the same for each; an approval has neither.
+    words = (
+        {}
+        if form.approve
+        else {"message": form.cleaned_data["message"], "note": form.cleaned_data["note"]}
+    )
     for pk in ids:
         approval = found.get(pk)
         if approval is None:
             outcomes.append({"pk": pk, "ok": False, "text": f"Request #{pk} does not exist."})
             continue
         try:
-            # No room for a message in a bulk decision: the agent is told the configured text.
-            runs.decide(approval, request.user, form.approve, seen_hash=form.seen_hash(pk))
+            # The hash the confirmation showed (its token covers it): what changed since is
+            # refused by the engine, as is what was decided or expired in between.
+            runs.decide(approval, request.user, form.approve, seen_hash=form.seen_hash(pk), **words)
         except runs.DecisionRefused as refusal:
             text = f"{approval.call_display()}: {refusal}"
             outcomes.append({"pk": pk, "ok": False, "text": text})
@@ -345,6 +361,91 @@ def bulk_decide(request: HtmxHttpRequest) -> HttpResponse:
     for outcome in refused:
         messages.warning(request, outcome["text"])
     return HttpResponseRedirect(back)
+
+
+def _set_aside_reason(
+    approval: ApprovalRequest, form: BulkDecisionForm, user: Any, now: Any
+) -> str:
+    """Why a selected request will not be decided by this bulk decision ("" when it will)."""
+    if approval.status in (
+        ApprovalStatus.APPROVED,
+        ApprovalStatus.REJECTED,
+        ApprovalStatus.WITHDRAWN,
+    ):
+        who = approval.decided_by.get_username() if approval.decided_by else "someone"
+        when = approval.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if approval.decided_at else ""
+        return f"Already {approval.status} by {who} at {when}."
+    if approval.status == ApprovalStatus.EXPIRED or approval.is_overdue(now):
+        expired_at = approval.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"It expired at {expired_at}; it can no longer be decided."
+    if not approval.is_pending:
+        return f"It was {approval.status}; it can no longer be decided."
+    seen = form.seen_hash(approval.pk)
+    if seen is not None and seen != approval.arguments_hash:
+        return "Its arguments changed since the inbox showed them; open it to check them."
+    if form.approve and runs.needs_another_reviewer(approval, user):
+        return runs.SELF_APPROVAL_REFUSED
+    if form.approve and not approval.arguments_intact:
+        return "Its arguments were changed outside agentsite: it cannot be approved."
+    return ""
+
+
+def _bulk_confirmation(request: HtmxHttpRequest, form: BulkDecisionForm, back: str) -> HttpResponse:
+    """The first step: what the bulk decision would decide, read from the database now, in
+    the inbox's order; what it would not (and why) set apart. The confirmation's token
+    covers exactly the ids it lists, with the arguments hashes it shows."""
+    ids: list[int] = form.cleaned_data["ids"]
+    found = {a.pk: a for a in with_people(ApprovalRequest.objects.filter(pk__in=ids))}
+    explain.attach([a for a in found.values() if a.is_pending])
+    now = timezone.now()
+    listed: list[ApprovalRequest] = []
+    set_aside: list[dict[str, Any]] = []
+    # The rows in the inbox's order (newest first), then the ids no row has.
+    inbox_order = sorted(found.values(), key=lambda a: (a.created, a.pk), reverse=True)
+    for pk in [a.pk for a in inbox_order] + [pk for pk in ids if pk not in found]:
+        approval = found.get(pk)
+        if approval is None:
+            set_aside.append({"pk": pk, "approval": None, "why": f"Request #{pk} does not exist."})
+            continue
+        why = _set_aside_reason(approval, form, request.user, now)
+        if why:
+            set_aside.append({"pk": pk, "approval": approval, "why": why})
+        else:
+            listed.append(approval)
+    action = form.cleaned_data["action"]
+    hashes = {approval.pk: approval.arguments_hash for approval in listed}
+    context = {
+        "action": action,
+        "approve": form.approve,
+        "listed": listed,
+        "set_aside": set_aside,
+        "selected": len(ids),
+        "risks": _risk_counts(listed),
+        "token": confirmation_token(request.user.pk, action, hashes) if listed else "",
+        "message": form.cleaned_data["message"],
+        "note": form.cleaned_data["note"],
+        "problem": form.confirm_problem,
+        "back": back,
+        "modal": bool(request.htmx),
+        "pending_count": pending_count(),
+        "socket_query": urlencode({"show": "count"}),
+        "tab": "pending",
+    }
+    if request.htmx:
+        # Into the inbox's dialog, also when a confirmation posted from it was not taken.
+        response = render(request, "approvals/bulk_confirm.html#confirmation", context)
+        return retarget(reswap(response, "innerHTML"), "#bulk-confirm")
+    return render(request, "approvals/bulk_confirm.html", context)
+
+
+def _risk_counts(listed: list[ApprovalRequest]) -> list[tuple[str, int]]:
+    """How many of the listed calls carry each risk, the gravest first."""
+    order = {"irreversible": 0, "high": 1, "low": 2}
+    counts: dict[str, int] = {}
+    for approval in listed:
+        risk = explain.for_request(approval).risk
+        counts[risk] = counts.get(risk, 0) + 1
+    return sorted(counts.items(), key=lambda item: order.get(item[0], -1))
 
 
 # --- history --------------------------------------------------------------------------------

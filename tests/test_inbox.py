@@ -36,6 +36,7 @@ from tests.factories import (
     pause_run,
 )
 from tests.plans import explain
+from tests.test_workbench_bulk import confirmation_data
 
 pytestmark = pytest.mark.django_db
 
@@ -93,9 +94,10 @@ def test_it_lets_reviewers_in(client: Client, rita: Any) -> None:
     request = make_request()
     for method, url, data in inbox_urls(request):
         response = getattr(client, method)(url, data)
-        # GETs render; the decision POSTs decide and redirect back (the second one is refused
-        # politely, since the first one decided already).
-        assert response.status_code == (200 if method == "get" else 302), url
+        # GETs render, and so does a bulk decision's first step (its confirmation); the
+        # decision POST decides and redirects back.
+        bulk = url == reverse("inbox_bulk_decide")
+        assert response.status_code == (200 if method == "get" or bulk else 302), url
 
 
 def test_the_nav_and_home_lead_reviewers_to_the_inbox(client: Client, rita: Any) -> None:
@@ -420,8 +422,12 @@ def test_bulk_approve_decides_each_request_through_the_engine(
     requests = [run.approval_requests.get() for run in paused]
     data: dict[str, Any] = {"action": "approve", "ids": [r.pk for r in requests]}
     data.update({f"hash-{r.pk}": r.arguments_hash for r in requests})
+    asked = client.post(reverse("inbox_bulk_decide"), data)
+    assert ApprovalDecision.objects.count() == 0  # the first step only asks
 
-    response = client.post(reverse("inbox_bulk_decide"), data, follow=True)
+    response = client.post(
+        reverse("inbox_bulk_decide"), confirmation_data(text(asked)), follow=True
+    )
 
     assert "Approved 3 requests." in text(response)
     assert ApprovalDecision.objects.filter(reviewer=rita, approved=True).count() == 3
@@ -432,16 +438,20 @@ def test_bulk_approve_decides_each_request_through_the_engine(
 
 
 def test_bulk_reports_each_outcome_over_htmx(client: Client, rita: Any) -> None:
-    first, second, third = make_request(), make_request(), make_request()
+    first, second, third, gone = make_request(), make_request(), make_request(), make_request()
+    data = {"action": "reject", "ids": [first.pk, second.pk, third.pk, gone.pk]}
+    asked = client.post(reverse("inbox_bulk_decide"), data, **HTMX)
+    # Between the confirmation and its answer: decided by bob, deleted.
     runs.decide(second, make_reviewer("bob"), True)
-    data = {"action": "reject", "ids": [first.pk, second.pk, third.pk, 999999]}
+    gone_pk = gone.pk
+    gone.run.delete()
 
-    response = client.post(reverse("inbox_bulk_decide"), data, **HTMX)
+    response = client.post(reverse("inbox_bulk_decide"), confirmation_data(text(asked)), **HTMX)
 
     html = text(response)
     assert "Rejected 2 requests. 2 could not be decided." in html
     assert "Already approved by bob at " in html
-    assert "Request #999999 does not exist." in html
+    assert f"Request #{gone_pk} does not exist." in html
     for request in (first, third):
         assert (
             f'<li id="request-{request.pk}" class="row row-decided is-rejected" hx-swap-oob="true">'

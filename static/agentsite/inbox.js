@@ -1,5 +1,5 @@
-/* The inbox's small helpers: one copy of each pushed row, the bulk selection, the keyboard
-   flow and the announcement of new requests. */
+/* The inbox's small helpers: one copy of each pushed row, the bulk selection and its
+   confirmation dialog, the keyboard flow and the announcement of new requests. */
 (function () {
   "use strict";
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
@@ -25,6 +25,10 @@
     document.querySelectorAll("[data-bulk-action]").forEach(function (button) {
       button.disabled = checked === 0;
     });
+    // "Select all" ticks the rows on this page, and says how many: never a filtered-out row.
+    document.querySelectorAll("[data-select-all-label]").forEach(function (el) {
+      el.textContent = all.length ? "Select all " + all.length + " shown" : "Select all shown";
+    });
     var toggle = document.querySelector("[data-select-all]");
     if (toggle) {
       toggle.checked = all.length > 0 && checked === all.length;
@@ -43,6 +47,45 @@
   document.addEventListener("htmx:afterSettle", updateSelection);
   document.addEventListener("htmx:oobAfterSwap", updateSelection);
   document.addEventListener("DOMContentLoaded", updateSelection);
+
+  /* A bulk decision asks first: the server's confirmation (bulk_confirm.html) fills the
+     dialog, which opens as a modal. Cancel or Escape closes it and posts nothing; a
+     confirmed decision answers into the flash, and the dialog closes. */
+  function confirmDialog() {
+    return document.getElementById("bulk-confirm");
+  }
+
+  function confirmOpen() {
+    var dialog = confirmDialog();
+    return Boolean(dialog && dialog.open);
+  }
+
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var dialog = confirmDialog();
+    if (!dialog) return;
+    if (event.detail.target === dialog) {
+      if (!dialog.open) dialog.showModal();
+      var first = dialog.querySelector("[data-bulk-message]") ||
+        dialog.querySelector("#bulk-confirm-title");
+      if (first) first.focus();
+    } else if (dialog.open && event.detail.target && event.detail.target.id === "flash" &&
+               event.detail.requestConfig && dialog.contains(event.detail.requestConfig.elt)) {
+      dialog.close();
+    }
+  });
+
+  document.addEventListener("click", function (event) {
+    if (event.target.closest && event.target.closest("[data-bulk-cancel]")) {
+      confirmDialog().close();
+    }
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var dialog = confirmDialog();
+    if (!dialog) return;
+    // A closed confirmation is gone: its token is never posted later by mistake.
+    dialog.addEventListener("close", function () { dialog.replaceChildren(); });
+  });
 
   /* The keyboard flow: j / k move between pending requests, a approves the current one, r
      opens its reject box with the message focused; after a decision, focus moves to the next
@@ -127,7 +170,7 @@
   }
 
   document.addEventListener("keydown", function (event) {
-    if (!document.getElementById("pending-rows")) return;
+    if (!document.getElementById("pending-rows") || confirmOpen()) return;
     if (event.target && event.target.matches && event.target.matches("[data-reject-message]")) {
       var form = event.target.form;
       var row = event.target.closest("li.row-pending");
