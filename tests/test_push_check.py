@@ -67,7 +67,7 @@ async def test_the_row_renders_while_the_check_runs_and_goes_out_after_it(
 
     await socket.push()
     assert await sync_to_async(started.wait)(5), "no check before the push"
-    for _ in range(100):  # the render does not wait for the check
+    for _ in range(250):  # the render does not wait for the check
         if renders:
             break
         await asyncio.sleep(0.02)
@@ -92,7 +92,7 @@ async def test_a_check_that_fails_while_the_row_renders_sends_nothing_and_closes
     held_check.deny = True
     await socket.push()
     assert await sync_to_async(started.wait)(5)
-    for _ in range(100):
+    for _ in range(250):
         if renders:
             break
         await asyncio.sleep(0.02)
