@@ -5,12 +5,13 @@ A socket's user is checked when it connects, and again while it is open:
 - A logout closes the sockets of the session that logged out (`user_logged_out`): each socket
   joins its user's group, `user.<id>`, and hears of it there. The user's other sessions (another
   browser) keep theirs.
-- Before a push of data, the socket re-reads from the database whether its session still holds
-  (not logged out, not expired, the same user, still active, the password unchanged) and whether
-  the user may still see what it shows (`still_allowed`). The answer is kept for at most
-  `RECHECK_SECONDS`, so a streamed reply costs one check a second, not one a word; a change
-  made through Django's models (a user saved, permissions or groups changed) reaches the user's
-  sockets at once and makes them check before their next push.
+- Before a push of data goes out, the socket re-reads from the database whether its session
+  still holds (not logged out, not expired, the same user, still active, the password
+  unchanged) and whether the user may still see what it shows (`still_allowed`); the check
+  runs in a hop thread while the push renders, and the frame waits for it. The answer is
+  kept for at most `RECHECK_SECONDS`, so a streamed reply costs one check a second, not one a
+  word; a change made through Django's models (a user saved, permissions or groups changed)
+  reaches the user's sockets at once and makes them check before their next push.
 
 A socket closed so uses code 4403, which live.js shows as "Log in again".
 
@@ -33,12 +34,12 @@ from importlib import import_module
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib import auth
 from django.db import transaction
 
+from agentsite.db.hops import db_hop
 from engine import events, layer
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class GuardedConsumer(AsyncWebsocketConsumer):
     _accepted = False
     _layer_lost = False
     _loop: asyncio.AbstractEventLoop | None = None
+    _checking: asyncio.Future[bool] | None = None  # the check of the message in hand
 
     # --- the channel layer, which may be down -------------------------------------------
 
@@ -193,11 +195,34 @@ class GuardedConsumer(AsyncWebsocketConsumer):
         if kind not in _NOTICES:
             now = time.monotonic()
             if self._checked_at is None or now - self._checked_at >= RECHECK_SECONDS:
-                if not await database_sync_to_async(self._recheck)():
-                    await self._end()
-                    return
-                self._checked_at = now
+                await self._dispatch_checked(message, now)
+                return
         await super().dispatch(message)
+
+    async def _dispatch_checked(self, message: dict[str, Any], now: float) -> None:
+        """Handle `message` while the check runs, in a hop thread: the handler renders
+        meanwhile (in the database's thread, one render an event for a process's inbox
+        sockets), and whatever it sends waits for the check (`send`). Neither waits behind
+        the other, nor behind the checks of the process's other sockets."""
+        check = self._checking = asyncio.ensure_future(db_hop(self._recheck)())
+        try:
+            await super().dispatch(message)
+        finally:
+            self._checking = None
+            allowed = await check
+        if allowed:
+            self._checked_at = now
+        elif not self._ended:
+            await self._end()
+
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        """A frame goes out only once the check running for this message passed: a socket
+        whose check failed sends nothing more (its dispatch then closes it)."""
+        if self._checking is not None and not await asyncio.shield(self._checking):
+            return
+        await super().send(text_data, bytes_data, close)
 
     # --- what the user's group hears (handlers are named after the event type) -----------
 

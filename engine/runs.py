@@ -240,9 +240,10 @@ def _check_message_rate(user: User) -> None:
 
 
 async def run_job(job: Job, run_id: int) -> None:
-    """Run one job for an executor; whatever escapes it is logged and stored on the run."""
+    """Run one job for an executor; whatever escapes it is logged and stored on the run.
+    Overdue approvals are not swept here: each web process does it on its loop's timer
+    (`engine.sweeper`), or cron does with `AGENTSITE_SWEEP_SECONDS=0`."""
     try:
-        await expire_overdue_async()
         if job == "execute":
             await execute(run_id)
         else:
