@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import Q, Subquery
 
+from approvals.models import DecisionKind
 from engine import runs
 
 MAX_BULK = 200
@@ -45,6 +46,7 @@ class HistoryFilterForm(InboxFilterForm):
         ("", "Any decision"),
         ("approved", "Approved"),
         ("rejected", "Rejected"),
+        ("responded", "Answered as the tool"),
         ("expired", "Expired"),
     ]
 
@@ -65,7 +67,10 @@ class HistoryFilterForm(InboxFilterForm):
         if decision == "approved":
             q &= Q(approved=True)
         elif decision == "rejected":
-            q &= Q(approved=False, reviewer__isnull=False)
+            # An answer as the tool is no rejection: the reviewer gave the call its result.
+            q &= Q(approved=False, reviewer__isnull=False) & ~Q(kind=DecisionKind.RESPONDED)
+        elif decision == "responded":
+            q &= Q(kind=DecisionKind.RESPONDED)
         elif decision == "expired":
             q &= Q(reviewer__isnull=True)
         return q
@@ -86,6 +91,7 @@ class DecisionForm(forms.Form):
         ("approve", "Approve"),
         ("approve_always", "Approve always (this run)"),
         ("reject", "Reject"),
+        ("respond", "Respond as the tool"),
     ]
 
     action = forms.ChoiceField(choices=ACTIONS)
@@ -102,13 +108,36 @@ class DecisionForm(forms.Form):
         strip=True,
         widget=forms.Textarea(attrs={"rows": 2}),
     )
+    # Answering as the tool: exactly what the model reads as the call's output.
+    response = forms.CharField(
+        required=False,
+        max_length=runs.MAX_RESPONSE_CHARS,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
     # The arguments hash that was rendered with the buttons: a decision is about what was seen.
     seen_hash = forms.CharField(min_length=64, max_length=64)
     next = forms.CharField(required=False, max_length=2000)
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("action") == "respond" and not cleaned.get("response"):
+            self.add_error(
+                "response",
+                "Write the result the agent should read as the tool's output; it is empty.",
+            )
+        return cleaned
+
     @property
     def approve(self) -> bool:
-        return self.cleaned_data["action"] != "reject"
+        return self.cleaned_data["action"] not in ("reject", "respond")
+
+    @property
+    def tool_output(self) -> str | None:
+        """The tool's output the reviewer wrote, when answering as the tool."""
+        if self.cleaned_data["action"] != "respond":
+            return None
+        return str(self.cleaned_data["response"])
 
     @property
     def always(self) -> bool:

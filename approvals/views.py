@@ -221,7 +221,11 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
 # --- deciding -------------------------------------------------------------------------------
 
 
-def _decided_message(approval: ApprovalRequest, approve: bool, always: bool) -> str:
+def _decided_message(
+    approval: ApprovalRequest, approve: bool, always: bool, responded: bool = False
+) -> str:
+    if responded:
+        return f"Answered {approval.call_display()} as the tool; it did not run."
     verb = "Approved" if approve else "Rejected"
     suffix = " for the rest of this run" if always else ""
     return f"{verb} {approval.call_display()}{suffix}."
@@ -231,7 +235,7 @@ def _decided_message(approval: ApprovalRequest, approve: bool, always: bool) -> 
 @login_required
 @reviewer_required
 def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Approve, approve always (this run), or reject one request."""
+    """Approve, approve always (this run), reject, or answer as the tool, one request."""
     approval = _get_request_for_reviewer(request, pk)
     form = DecisionForm(request.POST)
     in_row = bool(request.htmx) and request.htmx.target == f"request-{pk}"
@@ -252,11 +256,13 @@ def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             always=form.always,
             seen_hash=form.cleaned_data["seen_hash"],
             note=form.cleaned_data["note"],
+            response=form.tool_output,
         )
     except runs.DecisionRefused as refusal:
         notice, ok = str(refusal), False
     else:
-        notice, ok = _decided_message(approval, form.approve, form.always), True
+        responded = form.tool_output is not None
+        notice, ok = _decided_message(approval, form.approve, form.always, responded), True
 
     if request.htmx:
         approval = _get_request_for_reviewer(request, pk)

@@ -66,6 +66,7 @@ from approvals.models import (
     ApprovalRequest,
     ApprovalStatus,
     ConsumedState,
+    DecisionKind,
     RunStatus,
     ServerProcess,
     arguments_hash,
@@ -93,6 +94,8 @@ logger = logging.getLogger(__name__)
 STATE_BINDING = "$stateBinding"
 MAX_INPUT_CHARS = 20_000
 MAX_MESSAGE_CHARS = 2_000
+# What a reviewer may write as a tool's output when answering as the tool.
+MAX_RESPONSE_CHARS = 10_000
 HEARTBEAT_SECONDS = 30
 RATE_WINDOW = timedelta(minutes=1)
 
@@ -1307,7 +1310,13 @@ def _apply_decisions(
             )
     for call_id, item in interruptions.items():
         request, decision = requests[call_id]
-        if decision.approved:
+        if decision.is_response:
+            # Answered as the tool: the SDK's rejection is its one way to give the model an
+            # output without running the tool, and it sends this exact text back as the
+            # call's output (`RunState.reject(rejection_message=...)`). Never "always": the
+            # reviewer answered this call, not the next ones.
+            state.reject(item, rejection_message=decision.message)
+        elif decision.approved:
             state.approve(item, always_approve=decision.always)
         else:
             state.reject(
@@ -1318,8 +1327,12 @@ def _apply_decisions(
 
 
 def rejection_text(request: ApprovalRequest, decision: ApprovalDecision) -> str:
-    """What the model reads as the tool's output when a call is rejected."""
-    if request.status in (ApprovalStatus.EXPIRED, ApprovalStatus.WITHDRAWN):
+    """What the model reads as the tool's output when a call is rejected (or answered as
+    the tool: exactly the reviewer's text)."""
+    if decision.is_response or request.status in (
+        ApprovalStatus.EXPIRED,
+        ApprovalStatus.WITHDRAWN,
+    ):
         return decision.message
     if decision.message:
         return f"A reviewer rejected this tool call: {decision.message}"
@@ -1338,6 +1351,7 @@ def decide(
     always: bool = False,
     seen_hash: str | None = None,
     note: str | None = None,
+    response: str | None = None,
 ) -> ApprovalDecision:
     """Record a reviewer's decision; resume the run when its pause is fully decided.
 
@@ -1346,14 +1360,34 @@ def decide(
     for reviewers only: kept in the audit, never given to the model, the session, the trace
     or the chat.
 
+    With `response` (and `approve` False), the reviewer answers as the tool: the tool never
+    runs, and the model reads exactly `response` as the call's output (kept as the
+    decision's message, its kind "responded"). Like an approval, nobody answers for a call
+    in her own conversation: what the tool "said" steers the agent.
+
     Raises:
         AlreadyDecided / RequestExpired / RequestClosed: with a message for the reviewer.
-        NeedsAnotherReviewer: an approval of a call in the reviewer's own conversation.
-        DecisionRefused: the reviewer may not decide, or the arguments changed since they
-            were shown (`seen_hash`).
+        NeedsAnotherReviewer: an approval (or an answer) in the reviewer's own conversation.
+        DecisionRefused: the reviewer may not decide, the arguments changed since they
+            were shown (`seen_hash`), or `response` is empty or too long.
     """
     if not permissions.is_reviewer(reviewer):
         raise DecisionRefused("You are not allowed to approve or reject tool calls.")
+    kind = DecisionKind.APPROVED if approve else DecisionKind.REJECTED
+    if response is not None:
+        if approve:
+            raise ValueError("A call answered as the tool is not approved: it never runs.")
+        response = response.strip()
+        if not response:
+            raise DecisionRefused(
+                "Write the result the agent should read as the tool's output; it is empty."
+            )
+        if len(response) > MAX_RESPONSE_CHARS:
+            raise DecisionRefused(
+                f"The tool's output is too long ({len(response)} characters; at most "
+                f"{MAX_RESPONSE_CHARS})."
+            )
+        kind, message = DecisionKind.RESPONDED, response
     return _record_decision(
         request,
         reviewer,
@@ -1362,12 +1396,17 @@ def decide(
         always=always,
         seen_hash=seen_hash,
         note=note,
+        kind=kind,
     )
 
 
 SELF_APPROVAL_REFUSED = (
     "You started this conversation, so another reviewer must approve this call "
     "(separation of duties). You may still reject it."
+)
+SELF_RESPONSE_REFUSED = (
+    "You started this conversation, so another reviewer must answer as the tool for this "
+    "call (separation of duties). You may still reject it."
 )
 
 
@@ -1433,9 +1472,12 @@ def _record_decision(
     expired: bool = False,
     withdrawn: bool = False,
     note: str | None = None,
+    kind: DecisionKind | None = None,
 ) -> ApprovalDecision:
     request_id = request.pk if isinstance(request, ApprovalRequest) else int(request)
-    message = (message or "").strip()[:MAX_MESSAGE_CHARS]
+    responded = kind == DecisionKind.RESPONDED
+    # An answer as the tool is read whole (`decide` bounds it); a message is cut to size.
+    message = (message or "").strip()[: MAX_RESPONSE_CHARS if responded else MAX_MESSAGE_CHARS]
     note = (note or "").strip()[:MAX_MESSAGE_CHARS]
     with transaction.atomic():
         current = ApprovalRequest.objects.select_related("run").get(pk=request_id)
@@ -1451,8 +1493,10 @@ def _record_decision(
             .get(pk=current.run_id)
         )
         current.run = run
-        if approve and needs_another_reviewer(current, reviewer):
-            raise NeedsAnotherReviewer(SELF_APPROVAL_REFUSED)
+        if (approve or responded) and needs_another_reviewer(current, reviewer):
+            raise NeedsAnotherReviewer(
+                SELF_RESPONSE_REFUSED if responded else SELF_APPROVAL_REFUSED
+            )
         if seen_hash is not None and seen_hash != current.arguments_hash:
             raise DecisionRefused(
                 "The arguments changed since this request was shown to you; reload it."
@@ -1468,6 +1512,8 @@ def _record_decision(
             if expired
             else ApprovalStatus.WITHDRAWN
             if withdrawn
+            else ApprovalStatus.RESPONDED
+            if responded
             else ApprovalStatus.APPROVED
             if approve
             else ApprovalStatus.REJECTED
@@ -1487,6 +1533,7 @@ def _record_decision(
             arguments_hash=seen_hash or current.arguments_hash,
             withdrawn=withdrawn,
             note=note,
+            kind=kind or _kind(status),
         )
         claimed = _claim_for_resume(run, current.pause)
         # In this transaction: the trace shows the decision exactly when the audit does.
@@ -1512,6 +1559,11 @@ def _record_decision(
     return decision
 
 
+def _kind(status: str) -> DecisionKind:
+    """The audit's kind of a decision that set a request to `status`."""
+    return DecisionKind(status)
+
+
 def _refuse(request_id: int, now: Any) -> None:
     request = ApprovalRequest.objects.select_related("decided_by").get(pk=request_id)
     when = request.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if request.decided_at else ""
@@ -1520,6 +1572,8 @@ def _refuse(request_id: int, now: Any) -> None:
         raise AlreadyDecided(f"Already {request.status} by {who} at {when}.")
     if request.status == ApprovalStatus.WITHDRAWN:
         raise AlreadyDecided(f"Withdrawn by {who} at {when}.")
+    if request.status == ApprovalStatus.RESPONDED:
+        raise AlreadyDecided(f"Already answered as the tool by {who} at {when}.")
     if request.status == ApprovalStatus.EXPIRED or request.expires_at <= now:
         expired_at = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         raise RequestExpired(f"This request expired at {expired_at}; it can no longer be decided.")

@@ -161,6 +161,10 @@ def _decision(decision: ApprovalDecision, status: str) -> str:
         return "expired"
     if status == ApprovalStatus.WITHDRAWN:
         return "withdrawn"
+    if status == ApprovalStatus.RESPONDED:
+        # The tool never ran; `message` is what the model read as its output. (The SDK's own
+        # function span shows it as a rejection: its one way to skip a call.)
+        return "respond"
     return "approve" if decision.approved else "reject"
 
 
