@@ -272,6 +272,8 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "message",
         "note",
         "arguments_hash",
+        "edited_arguments",
+        "edited_arguments_hash",
         "created",
     )
 

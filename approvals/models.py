@@ -244,6 +244,8 @@ class DecisionKind(models.TextChoices):
     """What a decision did with the call: the audit's own word for it."""
 
     APPROVED = "approved", "Approved"
+    # Approved after the reviewer changed the arguments: the tool ran with hers.
+    EDITED = "edited", "Approved with edited arguments"
     REJECTED = "rejected", "Rejected"
     # The tool never ran: the model read the reviewer's text as its output.
     RESPONDED = "responded", "Answered as the tool"
@@ -400,6 +402,20 @@ class ApprovalDecision(models.Model):
         help_text="The person who asked withdrew the request (`reviewer` is that person); "
         "the call is rejected.",
     )
+    # Edit, then approve: the arguments the tool ran with instead of the model's (which stay
+    # on the request, their hash in `arguments_hash`), their hash, and the site's signature
+    # over both hashes, the request and the reviewer: an edit changed outside the form path
+    # (here, or a forged hash) no longer matches, and the resume refuses it.
+    edited_arguments = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The arguments the reviewer changed the call to (it ran with these); empty "
+        "when she did not edit them.",
+    )
+    edited_arguments_hash = models.CharField(
+        max_length=64, blank=True, help_text="The hash of the edited arguments."
+    )
+    edit_signature = models.CharField(max_length=64, blank=True, editable=False)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -423,6 +439,15 @@ class ApprovalDecision(models.Model):
         )
         who = self.reviewer or "the site"
         return f"{who} {verb} {self.request}"
+
+    @property
+    def is_edit(self) -> bool:
+        """The reviewer changed the arguments and approved: the tool ran with hers."""
+        return self.kind == DecisionKind.EDITED
+
+    def edited_display(self) -> str:
+        """`cancel_order(order_id=43)`: the call as it ran, for people."""
+        return items.format_call(self.request.tool_name, self.edited_arguments)
 
     @property
     def is_response(self) -> bool:
