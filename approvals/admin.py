@@ -139,7 +139,16 @@ class AgentRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 class ApprovalDecisionInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = ApprovalDecision
-    fields = ("created", "reviewer", "approved", "always", "message", "note", "arguments_hash")
+    fields = (
+        "created",
+        "reviewer",
+        "kind",
+        "approved",
+        "always",
+        "message",
+        "note",
+        "arguments_hash",
+    )
     readonly_fields = fields
     ordering = ["created", "pk"]
     extra = 0
@@ -234,8 +243,17 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The audit trail: append-only, and only the engine appends."""
 
-    list_display = ["created", "request", "reviewer", "approved", "always", "message", "note"]
-    list_filter = ["approved", "always"]
+    list_display = [
+        "created",
+        "request",
+        "reviewer",
+        "kind",
+        "approved",
+        "always",
+        "message",
+        "note",
+    ]
+    list_filter = ["kind", "approved", "always"]
     search_fields = [
         "request__tool_name",
         "=request__call_id",
@@ -248,11 +266,14 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = readonly_fields = (
         "request",
         "reviewer",
+        "kind",
         "approved",
         "always",
         "message",
         "note",
         "arguments_hash",
+        "edited_arguments",
+        "edited_arguments_hash",
         "created",
     )
 

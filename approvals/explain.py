@@ -50,6 +50,8 @@ class Explanation:
     arguments: list[Argument]
     # What the call would touch; None: its facts hook failed ("facts unavailable").
     facts: list[Fact] | None = field(default_factory=list)
+    # Whether a reviewer may edit its arguments before approving (`registry.review(editable=)`).
+    editable: bool = False
 
     @property
     def facts_unavailable(self) -> bool:
@@ -146,6 +148,7 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
                 intact=intact,
                 arguments=arguments_for(request.arguments, sheet) if intact else [],
                 facts=facts.for_request(request) if with_facts else [],
+                editable=intact and sheet.editable and isinstance(request.arguments, dict),
             ),
         )
 

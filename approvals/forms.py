@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from typing import Any
 
 from django import forms
@@ -16,7 +17,8 @@ from django.core import signing
 from django.core.exceptions import ValidationError
 from django.db.models import Q, Subquery
 
-from engine import runs
+from approvals.models import DecisionKind
+from engine import registry, runs
 
 MAX_BULK = 200
 
@@ -48,6 +50,7 @@ class HistoryFilterForm(InboxFilterForm):
         ("", "Any decision"),
         ("approved", "Approved"),
         ("rejected", "Rejected"),
+        ("responded", "Answered as the tool"),
         ("expired", "Expired"),
     ]
 
@@ -68,7 +71,10 @@ class HistoryFilterForm(InboxFilterForm):
         if decision == "approved":
             q &= Q(approved=True)
         elif decision == "rejected":
-            q &= Q(approved=False, reviewer__isnull=False)
+            # An answer as the tool is no rejection: the reviewer gave the call its result.
+            q &= Q(approved=False, reviewer__isnull=False) & ~Q(kind=DecisionKind.RESPONDED)
+        elif decision == "responded":
+            q &= Q(kind=DecisionKind.RESPONDED)
         elif decision == "expired":
             q &= Q(reviewer__isnull=True)
         return q
@@ -89,6 +95,8 @@ class DecisionForm(forms.Form):
         ("approve", "Approve"),
         ("approve_always", "Approve always (this run)"),
         ("reject", "Reject"),
+        ("respond", "Respond as the tool"),
+        ("approve_edited", "Approve with these arguments"),
     ]
 
     action = forms.ChoiceField(choices=ACTIONS)
@@ -105,13 +113,41 @@ class DecisionForm(forms.Form):
         strip=True,
         widget=forms.Textarea(attrs={"rows": 2}),
     )
+    # Answering as the tool: exactly what the model reads as the call's output.
+    response = forms.CharField(
+        required=False,
+        max_length=runs.MAX_RESPONSE_CHARS,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
     # The arguments hash that was rendered with the buttons: a decision is about what was seen.
     seen_hash = forms.CharField(min_length=64, max_length=64)
     next = forms.CharField(required=False, max_length=2000)
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("action") == "respond" and not cleaned.get("response"):
+            self.add_error(
+                "response",
+                "Write the result the agent should read as the tool's output; it is empty.",
+            )
+        return cleaned
+
     @property
     def approve(self) -> bool:
-        return self.cleaned_data["action"] != "reject"
+        return self.cleaned_data["action"] not in ("reject", "respond")
+
+    @property
+    def edits(self) -> bool:
+        """Edit, then approve: the arguments come from the `ArgumentsForm` beside it."""
+        return self.cleaned_data["action"] == "approve_edited"
+
+    @property
+    def tool_output(self) -> str | None:
+        """The tool's output the reviewer wrote, when answering as the tool."""
+        if self.cleaned_data["action"] != "respond":
+            return None
+        return str(self.cleaned_data["response"])
 
     @property
     def always(self) -> bool:
@@ -222,3 +258,127 @@ def confirmation_token(user_id: int | None, action: str, hashes: dict[int, str])
     """The token a confirmation posts back: `hashes` are the requests it lists, each with
     the arguments hash it shows."""
     return signing.dumps(confirmation_digest(user_id, action, dict(hashes)), salt=CONFIRM_SALT)
+
+
+# --- edit, then approve: a form generated from the tool's JSON schema -----------------------
+
+# A text this long, or with a line break, is edited in a box of several lines.
+LONG_TEXT = 80
+
+
+class TextField(forms.CharField):
+    """Text as the reviewer wrote it: a browser's CRLF line breaks back to LF, nothing
+    stripped (a body's leading or trailing spaces are the reviewer's to keep)."""
+
+    def to_python(self, value: Any) -> str:
+        return str(super().to_python(value)).replace("\r\n", "\n")
+
+
+class NumberField(forms.FloatField):
+    """A JSON number as written: `80` stays the integer 80 (and its hash the model's), `80.5`
+    is a float."""
+
+    def to_python(self, value: Any) -> int | float | None:  # type: ignore[override]
+        number = super().to_python(value)
+        text = str(value).strip()
+        if number is not None and text.lstrip("-").isdigit():
+            return int(text)
+        return number
+
+
+def _kinds(schema: dict[str, Any]) -> tuple[set[str], bool, list[Any] | None]:
+    """A property's JSON types, whether it may be null, and its enum (if any): from `type`
+    (a name or a list) and `anyOf` branches, as pydantic writes `X | None`."""
+    any_of = schema.get("anyOf")
+    branches: list[Any] = any_of if isinstance(any_of, list) else [schema]
+    types: set[str] = set()
+    enum: list[Any] | None = None
+    for branch in branches:
+        if not isinstance(branch, dict):
+            continue
+        declared = branch.get("type")
+        types |= set(declared) if isinstance(declared, list) else {str(declared or "")}
+        if isinstance(branch.get("enum"), list):
+            enum = list(branch["enum"])
+    nullable = "null" in types
+    types.discard("null")
+    types.discard("")
+    return types, nullable, enum
+
+
+def argument_field(schema: dict[str, Any], value: Any, required: bool) -> forms.Field:
+    """The form field for one argument of a tool's JSON schema, prefilled with `value`."""
+    label = str(schema.get("title") or "")
+    hint = str(schema.get("description") or "")
+    types, nullable, enum = _kinds(schema)
+    must = required and not nullable
+    common: dict[str, Any] = {"label": label, "help_text": hint, "initial": value}
+    if enum is not None:
+        choices = [(json.dumps(option), str(option)) for option in enum]
+        return forms.TypedChoiceField(
+            choices=([] if must else [("", "—")]) + choices,
+            coerce=json.loads,
+            empty_value=None,
+            required=must,
+            **{**common, "initial": json.dumps(value) if value is not None else ""},
+        )
+    if types == {"integer"}:
+        return forms.IntegerField(required=must, **common)
+    if types and types <= {"integer", "number"}:
+        return NumberField(required=must, **common)
+    if types == {"boolean"}:
+        return forms.TypedChoiceField(
+            choices=([] if must else [("", "—")]) + [("true", "yes"), ("false", "no")],
+            coerce=lambda v: v == "true",
+            empty_value=None,
+            required=must,
+            **{**common, "initial": "" if value is None else ("true" if value else "false")},
+        )
+    if types == {"string"}:
+        long = isinstance(value, str) and ("\n" in value or len(value) > LONG_TEXT)
+        widget = forms.Textarea(attrs={"rows": 6}) if long else forms.TextInput()
+        return TextField(required=False, strip=False, empty_value="", widget=widget, **common)
+    # Arrays, objects, several types: their JSON.
+    return forms.JSONField(required=must, widget=forms.Textarea(attrs={"rows": 4}), **common)
+
+
+class ArgumentsForm(forms.Form):
+    """A call's arguments, to edit before approving: one field per property of the tool's
+    JSON schema (its title, its description as help), in the schema's order, prefilled with
+    the model's; what it gives is checked against the whole schema (`registry.argument_errors`,
+    with `jsonschema`). Keys the schema does not know stay as the model sent them.
+
+    Its fields are named `arg-<property>`, beside the decision form's."""
+
+    prefix = "arg"
+
+    def __init__(
+        self, sheet: registry.ToolSheet, arguments: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.sheet = sheet
+        self.original = arguments
+        self.required = set(sheet.schema.get("required") or [])
+        self.edited: dict[str, Any] = {}
+        for name, schema in sheet.properties:
+            field = argument_field(schema, arguments.get(name), name in self.required)
+            field.label = field.label or name.replace("_", " ").capitalize()
+            self.fields[name] = field
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        edited = dict(self.original)
+        for name, _ in self.sheet.properties:
+            value = cleaned.get(name)
+            _, nullable, _ = _kinds(dict(self.sheet.properties)[name])
+            if value == "" and nullable:
+                value = None
+            if value is None and name not in self.original and name not in self.required:
+                continue  # left out by the model and by the reviewer
+            edited[name] = value
+        for error in registry.argument_errors(self.sheet.schema, edited):
+            self.add_error(None, error)
+        self.edited = edited
+        return cleaned

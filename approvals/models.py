@@ -225,6 +225,8 @@ class ApprovalStatus(models.TextChoices):
     EXPIRED = "expired", "Expired"
     CANCELLED = "cancelled", "Cancelled"
     WITHDRAWN = "withdrawn", "Withdrawn"
+    # A reviewer wrote the call's result instead of running it ("respond").
+    RESPONDED = "responded", "Answered by a reviewer"
 
 
 # Decided, by a reviewer, by the expiry or withdrawn by the person who asked: each has its
@@ -234,7 +236,21 @@ DECIDED_STATUSES = (
     ApprovalStatus.REJECTED,
     ApprovalStatus.EXPIRED,
     ApprovalStatus.WITHDRAWN,
+    ApprovalStatus.RESPONDED,
 )
+
+
+class DecisionKind(models.TextChoices):
+    """What a decision did with the call: the audit's own word for it."""
+
+    APPROVED = "approved", "Approved"
+    # Approved after the reviewer changed the arguments: the tool ran with hers.
+    EDITED = "edited", "Approved with edited arguments"
+    REJECTED = "rejected", "Rejected"
+    # The tool never ran: the model read the reviewer's text as its output.
+    RESPONDED = "responded", "Answered as the tool"
+    WITHDRAWN = "withdrawn", "Withdrawn"
+    EXPIRED = "expired", "Expired"
 
 
 class ApprovalOrigin(models.TextChoices):
@@ -355,12 +371,19 @@ class ApprovalDecision(models.Model):
         "they withdrew the request.",
         db_index=False,  # `decision_reviewer_created` starts with it
     )
-    approved = models.BooleanField()
+    approved = models.BooleanField(help_text="The call was allowed to run.")
+    kind = models.CharField(
+        max_length=20,
+        choices=DecisionKind.choices,
+        blank=True,
+        help_text="What the decision did: approved, rejected, answered as the tool (the tool "
+        "never ran; the model read the message as its output), withdrawn, expired.",
+    )
     message = models.TextField(
         "message to the agent",
         blank=True,
-        help_text="For the agent: what the model reads when the call is rejected, so it may "
-        "reach the customer.",
+        help_text="For the agent: what the model reads when the call is rejected, or, answered "
+        "as the tool, exactly what it reads as the tool's output; so it may reach the customer.",
     )
     note = models.TextField(
         "internal note",
@@ -379,6 +402,20 @@ class ApprovalDecision(models.Model):
         help_text="The person who asked withdrew the request (`reviewer` is that person); "
         "the call is rejected.",
     )
+    # Edit, then approve: the arguments the tool ran with instead of the model's (which stay
+    # on the request, their hash in `arguments_hash`), their hash, and the site's signature
+    # over both hashes, the request and the reviewer: an edit changed outside the form path
+    # (here, or a forged hash) no longer matches, and the resume refuses it.
+    edited_arguments = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The arguments the reviewer changed the call to (it ran with these); empty "
+        "when she did not edit them.",
+    )
+    edited_arguments_hash = models.CharField(
+        max_length=64, blank=True, help_text="The hash of the edited arguments."
+    )
+    edit_signature = models.CharField(max_length=64, blank=True, editable=False)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -391,6 +428,28 @@ class ApprovalDecision(models.Model):
         ]
 
     def __str__(self) -> str:
-        verb = "withdrew" if self.withdrawn else "approved" if self.approved else "rejected"
+        verb = (
+            "withdrew"
+            if self.withdrawn
+            else "answered as the tool"
+            if self.is_response
+            else "approved"
+            if self.approved
+            else "rejected"
+        )
         who = self.reviewer or "the site"
         return f"{who} {verb} {self.request}"
+
+    @property
+    def is_edit(self) -> bool:
+        """The reviewer changed the arguments and approved: the tool ran with hers."""
+        return self.kind == DecisionKind.EDITED
+
+    def edited_display(self) -> str:
+        """`cancel_order(order_id=43)`: the call as it ran, for people."""
+        return items.format_call(self.request.tool_name, self.edited_arguments)
+
+    @property
+    def is_response(self) -> bool:
+        """The reviewer wrote the call's result (`message`); the tool never ran."""
+        return self.kind == DecisionKind.RESPONDED

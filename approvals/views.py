@@ -28,6 +28,7 @@ from django_htmx.http import reswap, retarget
 
 from approvals import explain
 from approvals.forms import (
+    ArgumentsForm,
     BulkDecisionForm,
     DecisionForm,
     HistoryFilterForm,
@@ -36,9 +37,10 @@ from approvals.forms import (
 )
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from common.http import HtmxHttpRequest
+from conversations.items import format_call
 from conversations.rendering import review_lines
 from conversations.session import open_session
-from engine import runs
+from engine import registry, runs
 from engine.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
 
 PENDING_LIMIT = 100
@@ -181,7 +183,23 @@ def _latest_decision(approval: ApprovalRequest) -> ApprovalDecision | None:
     return approval.decisions.select_related("reviewer").order_by("-created", "-pk").first()
 
 
-def panel_context(approval: ApprovalRequest, form: DecisionForm | None = None) -> dict[str, Any]:
+def arguments_form(approval: ApprovalRequest, data: Any = None) -> ArgumentsForm | None:
+    """The form to edit the call's arguments before approving, prefilled with the model's;
+    None when they cannot be edited (the tool's author forbids it, the tool is gone, or the
+    stored arguments were changed outside agentsite)."""
+    if not approval.arguments_intact or not isinstance(approval.arguments, dict):
+        return None
+    sheet = registry.tool_sheet(approval.run.agent_name, approval.agent_name, approval.tool_name)
+    if not sheet.editable:
+        return None
+    return ArgumentsForm(sheet, approval.arguments, data=data)
+
+
+def panel_context(
+    approval: ApprovalRequest,
+    form: DecisionForm | None = None,
+    edit_form: ArgumentsForm | None = None,
+) -> dict[str, Any]:
     """What the decision panel (`request_detail.html#decision-panel`) needs, for the page, a
     decision and a push alike."""
     decision = None if approval.is_pending else _latest_decision(approval)
@@ -194,15 +212,20 @@ def panel_context(approval: ApprovalRequest, form: DecisionForm | None = None) -
         "decision_form": form or DecisionForm(initial={"seen_hash": approval.arguments_hash}),
         "next_request": next_request,
         "expired": approval.is_overdue(),
+        "arguments_form": edit_form or (arguments_form(approval) if approval.is_pending else None),
     }
 
 
-def _detail_context(approval: ApprovalRequest, form: DecisionForm | None = None) -> dict[str, Any]:
+def _detail_context(
+    approval: ApprovalRequest,
+    form: DecisionForm | None = None,
+    edit_form: ArgumentsForm | None = None,
+) -> dict[str, Any]:
     conversation = approval.run.conversation
     session = open_session(conversation.session_id)
     items = async_to_sync(session.get_items)(TRANSCRIPT_ITEMS + 1)
     return {
-        **panel_context(approval, form),
+        **panel_context(approval, form, edit_form),
         "conversation": conversation,
         "lines": review_lines(items[-TRANSCRIPT_ITEMS:], approval.call_id),
         "earlier": len(items) > TRANSCRIPT_ITEMS,
@@ -224,7 +247,11 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
 # --- deciding -------------------------------------------------------------------------------
 
 
-def _decided_message(approval: ApprovalRequest, approve: bool, always: bool) -> str:
+def _decided_message(
+    approval: ApprovalRequest, approve: bool, always: bool, responded: bool = False
+) -> str:
+    if responded:
+        return f"Answered {approval.call_display()} as the tool; it did not run."
     verb = "Approved" if approve else "Rejected"
     suffix = " for the rest of this run" if always else ""
     return f"{verb} {approval.call_display()}{suffix}."
@@ -234,16 +261,29 @@ def _decided_message(approval: ApprovalRequest, approve: bool, always: bool) -> 
 @login_required
 @reviewer_required
 def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Approve, approve always (this run), or reject one request."""
+    """Approve, approve always (this run), reject, answer as the tool, or edit the
+    arguments and approve, one request."""
     approval = _get_request_for_reviewer(request, pk)
     form = DecisionForm(request.POST)
     in_row = bool(request.htmx) and request.htmx.target == f"request-{pk}"
     detail_url = reverse("inbox_request", args=[pk])
-    if not form.is_valid():
+    edit_form: ArgumentsForm | None = None
+    edited: dict[str, Any] | None = None
+    valid = form.is_valid()
+    if valid and form.edits:
+        edit_form = arguments_form(approval, request.POST)
+        if edit_form is None:
+            form.add_error("action", "The arguments of this call cannot be edited.")
+            valid = False
+        elif not edit_form.is_valid():
+            valid = False
+        else:
+            edited = edit_form.edited
+    if not valid:
         if request.htmx:
             # htmx swaps only 2xx answers; the reviewer must see what to fix.
-            return _decision_fragment(request, approval, in_row, form=form)
-        context = _detail_context(approval, form)
+            return _decision_fragment(request, approval, in_row, form=form, edit_form=edit_form)
+        context = _detail_context(approval, form, edit_form)
         return render(request, "approvals/request_detail.html", context, status=400)
 
     try:
@@ -255,11 +295,17 @@ def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             always=form.always,
             seen_hash=form.cleaned_data["seen_hash"],
             note=form.cleaned_data["note"],
+            response=form.tool_output,
+            arguments=edited,
         )
     except runs.DecisionRefused as refusal:
         notice, ok = str(refusal), False
     else:
-        notice, ok = _decided_message(approval, form.approve, form.always), True
+        responded = form.tool_output is not None
+        notice, ok = _decided_message(approval, form.approve, form.always, responded), True
+        if edited is not None:
+            shown = format_call(approval.tool_name, edited)
+            notice = f"Approved with edited arguments: {shown}."
 
     if request.htmx:
         approval = _get_request_for_reviewer(request, pk)
@@ -277,16 +323,18 @@ def _decision_fragment(
     in_row: bool,
     *,
     form: DecisionForm | None = None,
+    edit_form: ArgumentsForm | None = None,
     notice: str = "",
     ok: bool = True,
 ) -> HttpResponse:
     context: dict[str, Any] = {"notice": notice, "ok": ok, "pending_count": pending_count()}
     if in_row:
         if form is not None:
-            context.update(notice=_errors_text(form), ok=False)
+            errors = _errors_text(form) + (" " + _errors_text(edit_form) if edit_form else "")
+            context.update(notice=errors.strip(), ok=False)
         context.update(approval=approval, back=inbox_url())
         return render(request, "approvals/inbox.html#row-decided", context)
-    context.update(panel_context(approval, form))
+    context.update(panel_context(approval, form, edit_form))
     return render(request, "approvals/request_detail.html#decision-response", context)
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 # This module is `engine.registry`; absolute imports make `agents` the SDK, not this file.
+import jsonschema
 from agents import Agent, ModelSettings
 from agents.models.interface import Model
 from django.conf import settings
@@ -196,6 +197,9 @@ class Review:
     money: tuple[str, ...] = ()
     currency: str = "USD"
     facts: FactsHook | None = None
+    # Whether a reviewer may change the call's arguments before approving it ("edit, then
+    # approve"); a tool's author forbids it with `review(..., editable=False)`.
+    editable: bool = True
 
 
 # id(tool) -> (the tool, its declarations); the tool is kept so that its id stays its own.
@@ -211,10 +215,13 @@ def review(
     money: Sequence[str] = (),
     currency: str = "USD",
     facts: FactsHook | None = None,
+    editable: bool = True,
 ) -> Any:
     """Declare, for a tool (an SDK `FunctionTool`, or any tool object), what its reviewers
     read: `review(tool, risk="irreversible", money=["amount"], facts=hook)`, or
-    `@review(risk=...)` above `@function_tool`. Returns the tool itself.
+    `@review(risk=...)` above `@function_tool`. Returns the tool itself. `editable=False`
+    forbids reviewers to change a call's arguments before approving it (they may still
+    approve, reject or answer as the tool).
 
     Raises:
         ValueError: `risk` is not one of low, high, irreversible; `money` names an argument
@@ -228,7 +235,7 @@ def review(
         unknown = [n for n in money if isinstance(properties, dict) and n not in properties]
         if unknown:
             raise ValueError(f"review(money=...) names arguments the tool has not: {unknown}")
-        declared = Review(level, True, tuple(money), currency.upper(), facts)
+        declared = Review(level, True, tuple(money), currency.upper(), facts, editable)
         _reviews[id(target)] = (target, declared)
         return target
 
@@ -251,6 +258,19 @@ class ToolSheet:
     description: str
     properties: list[tuple[str, dict[str, Any]]]
     review: Review
+    # The tool's whole JSON schema (`params_json_schema`): what edited arguments must satisfy.
+    schema: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def editable(self) -> bool:
+        """Whether a reviewer may edit a call's arguments: a function tool with a JSON schema
+        of an object, whose author did not forbid it."""
+        return (
+            self.found
+            and self.review.editable
+            and self.schema.get("type") == "object"
+            and isinstance(self.schema.get("properties"), dict)
+        )
 
 
 def tool_sheet(name: str | None, agent_name: str, tool_name: str) -> ToolSheet:
@@ -269,7 +289,23 @@ def tool_sheet(name: str | None, agent_name: str, tool_name: str) -> ToolSheet:
             for key, value in (properties.items() if isinstance(properties, dict) else [])
         ],
         review=declared_review(tool),
+        schema=schema if isinstance(schema, dict) else {},
     )
+
+
+def argument_errors(schema: dict[str, Any], arguments: Any) -> list[str]:
+    """Why `arguments` do not satisfy the tool's JSON `schema`, one sentence per problem
+    (none: they do). Checked with `jsonschema` (the validator of the schema's own draft)."""
+    validator_class = jsonschema.validators.validator_for(schema)
+    try:
+        validator_class.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return [f"The tool's schema cannot be checked: {exc.message}"]
+    errors = sorted(validator_class(schema).iter_errors(arguments), key=lambda e: list(e.path))
+    return [
+        f"{'.'.join(str(part) for part in error.path) or 'arguments'}: {error.message}"
+        for error in errors
+    ]
 
 
 def reset() -> None:

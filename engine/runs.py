@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import hmac
 import json
@@ -36,6 +37,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from agents import Agent, Runner, RunResultStreaming
+from agents._tool_invocation import tool_invocation_identity_and_scope
 from agents.exceptions import InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered
 from agents.items import ToolApprovalItem
 from agents.run_state import SUPPORTED_SCHEMA_VERSIONS, RunState
@@ -66,6 +68,7 @@ from approvals.models import (
     ApprovalRequest,
     ApprovalStatus,
     ConsumedState,
+    DecisionKind,
     RunStatus,
     ServerProcess,
     arguments_hash,
@@ -93,6 +96,8 @@ logger = logging.getLogger(__name__)
 STATE_BINDING = "$stateBinding"
 MAX_INPUT_CHARS = 20_000
 MAX_MESSAGE_CHARS = 2_000
+# What a reviewer may write as a tool's output when answering as the tool.
+MAX_RESPONSE_CHARS = 10_000
 HEARTBEAT_SECONDS = 30
 RATE_WINDOW = timedelta(minutes=1)
 
@@ -298,7 +303,7 @@ async def resume(run_id: int) -> None:
         return
     try:
         agent = registry.get_agent(run.agent_name)
-        state = await _restore(run, agent)
+        state, edits = await _restore(run, agent)
         context = await _check_context(run)
     except RunFailure as failure:
         await _fail(run, str(failure))
@@ -306,6 +311,8 @@ async def resume(run_id: int) -> None:
     except Exception as exc:
         await _fail(run, f"The run could not be resumed: {exc}")
         return
+    if edits:
+        await _edit_session_calls(run, edits)
     await _drive(run, agent, state, context)
 
 
@@ -1159,7 +1166,9 @@ async def fail_unfinished(run_id: int, reason: str) -> None:
 # --- restoring a paused run -----------------------------------------------------------------
 
 
-async def _restore(run: AgentRun, agent: Agent[Any]) -> RunState[Any]:
+async def _restore(run: AgentRun, agent: Agent[Any]) -> tuple[RunState[Any], dict[str, str]]:
+    """The run's saved state, checked, with our decisions applied; and the calls a reviewer
+    edited (call id -> the arguments they run with, as the JSON text the SDK passes on)."""
     saved = run.state
     if not isinstance(saved, dict):
         raise RunFailure(
@@ -1195,6 +1204,8 @@ async def _restore(run: AgentRun, agent: Agent[Any]) -> RunState[Any]:
         )
     requests = await db_hop(_requests_with_decisions)(run)
     _refuse_injected_approvals(saved, requests)
+    edits = _checked_edits(run, requests)
+    saved = _with_edits(saved, requests, edits)
     try:
         state = await RunState.from_json(
             agent,
@@ -1207,7 +1218,7 @@ async def _restore(run: AgentRun, agent: Agent[Any]) -> RunState[Any]:
             f"The saved state could not be read ({exc}); nothing was executed."
         ) from exc
     _apply_decisions(state, requests)
-    return state
+    return state, edits
 
 
 async def _check_context(run: AgentRun) -> run_context.RunContext:
@@ -1296,19 +1307,27 @@ def _apply_decisions(
     for call_id, item in interruptions.items():
         request, decision = requests[call_id]
         seen = {
-            arguments_hash(item.arguments),
             arguments_hash(request.arguments),
             request.arguments_hash,
             decision.arguments_hash,
         }
-        if len(seen) != 1:
+        # An edited call was rewritten to the reviewer's arguments (`_with_edits`, which
+        # checked the model's first): those must be what runs.
+        runs_with = decision.edited_arguments_hash if decision.is_edit else request.arguments_hash
+        if len(seen) != 1 or arguments_hash(item.arguments) != runs_with:
             raise RunFailure(
                 f"The arguments of {request.tool_name} are not the ones the reviewer saw; "
                 "nothing was executed."
             )
     for call_id, item in interruptions.items():
         request, decision = requests[call_id]
-        if decision.approved:
+        if decision.is_response:
+            # Answered as the tool: the SDK's rejection is its one way to give the model an
+            # output without running the tool, and it sends this exact text back as the
+            # call's output (`RunState.reject(rejection_message=...)`). Never "always": the
+            # reviewer answered this call, not the next ones.
+            state.reject(item, rejection_message=decision.message)
+        elif decision.approved:
             state.approve(item, always_approve=decision.always)
         else:
             state.reject(
@@ -1318,9 +1337,196 @@ def _apply_decisions(
             )
 
 
+# --- edit, then approve ------------------------------------------------------------------------
+#
+# The SDK (0.24) has no argument override on approve: `RunState.approve(item)` runs the call
+# as the model made it. A saved state holds that call in several places (the model's
+# response, the generated and session items, the pending interruption, the last processed
+# response's function runs, which is what the SDK executes on resume), each a
+# `{"type": "function_call", "call_id": ..., "arguments": "<json>"}`. An edited call is
+# rewritten in all of them alike, in the copy of the verified state that is restored, never
+# in the stored one (whose signature stays the one it was saved with), and only from a
+# decision row whose edit is signed by the site. The conversation's session, which stored the
+# model's call at the pause, is given the call that ran (`_edit_session_calls`).
+
+EDIT_SALT = "agentsite.runs.edit"
+
+
+def sign_edit(request: ApprovalRequest, reviewer_id: int | None, old: str, new: str) -> str:
+    """The site's signature over an edit: which call (request, run, pause, call id), who
+    edited it, and the hashes of the model's and the reviewer's arguments."""
+    canonical = json.dumps(
+        [request.pk, request.run_id, request.pause, request.call_id, reviewer_id, old, new],
+        separators=(",", ":"),
+    )
+    return salted_hmac(EDIT_SALT, canonical, algorithm="sha256").hexdigest()
+
+
+def _edit_fields(
+    request: ApprovalRequest, run: AgentRun, reviewer: User | None, edited: Any
+) -> dict[str, Any]:
+    """What an edit adds to its decision; {} when the arguments are the model's.
+
+    Raises:
+        DecisionRefused: the tool's author forbids edits, or they do not fit its schema.
+    """
+    sheet = registry.tool_sheet(run.agent_name, request.agent_name, request.tool_name)
+    if not sheet.editable:
+        raise DecisionRefused(
+            f"The arguments of {request.tool_name} cannot be edited (its author does not "
+            "allow it); approve or reject the call as it is."
+        )
+    errors = registry.argument_errors(sheet.schema, edited)
+    if errors:
+        raise DecisionRefused("The edited arguments do not fit the tool: " + "; ".join(errors))
+    new = arguments_hash(edited)
+    if new == request.arguments_hash:
+        return {}
+    reviewer_id = reviewer.pk if reviewer is not None else None
+    return {
+        "edited_arguments": edited,
+        "edited_arguments_hash": new,
+        "edit_signature": sign_edit(request, reviewer_id, request.arguments_hash, new),
+    }
+
+
+def _checked_edits(
+    run: AgentRun, requests: dict[str, tuple[ApprovalRequest, ApprovalDecision]]
+) -> dict[str, str]:
+    """The edited calls of the pause (call id -> their arguments as JSON text), each edit
+    checked: its hash, the site's signature over it, and that the tool still allows edits."""
+    edits: dict[str, str] = {}
+    for call_id, (request, decision) in requests.items():
+        if not decision.is_edit:
+            continue
+        signature = sign_edit(
+            request, decision.reviewer_id, decision.arguments_hash, decision.edited_arguments_hash
+        )
+        if arguments_hash(decision.edited_arguments) != decision.edited_arguments_hash or not (
+            hmac.compare_digest(signature, decision.edit_signature)
+        ):
+            raise RunFailure(
+                f"The edited arguments of {request.tool_name} were changed outside agentsite "
+                "(they do not match the reviewer's signed edit); nothing was executed."
+            )
+        if not registry.tool_sheet(run.agent_name, request.agent_name, request.tool_name).editable:
+            raise RunFailure(
+                f"The arguments of {request.tool_name} may no longer be edited; nothing was "
+                "executed."
+            )
+        edits[call_id] = json.dumps(
+            decision.edited_arguments, ensure_ascii=False, separators=(",", ":")
+        )
+    return edits
+
+
+def _with_edits(
+    saved: dict[str, Any],
+    requests: dict[str, tuple[ApprovalRequest, ApprovalDecision]],
+    edits: dict[str, str],
+) -> dict[str, Any]:
+    """A copy of the saved state whose edited calls carry the reviewer's arguments, wherever
+    the state holds them. Each must hold the model's arguments first, or nothing runs."""
+    if not edits:
+        return saved
+    edited = copy.deepcopy(saved)
+    calls: dict[str, dict[str, Any]] = {}
+
+    def rewrite(node: Any) -> None:
+        if isinstance(node, dict):
+            call_id = node.get("call_id")
+            if node.get("type") == "function_call" and call_id in edits:
+                request = requests[call_id][0]
+                if arguments_hash(node.get("arguments")) != request.arguments_hash:
+                    raise RunFailure(
+                        f"The arguments of {request.tool_name} are not the ones the reviewer "
+                        "saw; nothing was executed."
+                    )
+                calls.setdefault(call_id, dict(node))
+                node["arguments"] = edits[call_id]
+            for value in node.values():
+                rewrite(value)
+        elif isinstance(node, list):
+            for value in node:
+                rewrite(value)
+
+    rewrite(edited)
+    if set(calls) != set(edits):
+        raise RunFailure(
+            "The saved state does not hold a call the reviewer edited; nothing was executed."
+        )
+    _refingerprint(edited, calls, edits)
+    return edited
+
+
+def _refingerprint(
+    state: dict[str, Any], calls: dict[str, dict[str, Any]], edits: dict[str, str]
+) -> None:
+    """The SDK's ledger of the run's tool invocations (`context.tool_invocations`) keeps a
+    fingerprint of each call's arguments and refuses a call whose arguments differ from it
+    ("reused a tool call ID"): an edited call's entry takes the fingerprint of the edited
+    call, computed by the SDK's own function, once that function is seen to give the stored
+    fingerprint for the model's call (else the SDK changed how it fingerprints: fail closed)."""
+    ledger = (state.get("context") or {}).get("tool_invocations")
+    for call_id, original in calls.items():
+        entry = ledger.get(call_id) if isinstance(ledger, dict) else None
+        if entry is None:
+            continue  # a state without a ledger (schema < 1.15): nothing to keep in step
+        before = tool_invocation_identity_and_scope(original)
+        after = tool_invocation_identity_and_scope({**original, "arguments": edits[call_id]})
+        if before is None or after is None or entry.get("fingerprint") != before[3]:
+            raise RunFailure(
+                "The saved state's record of this call cannot be brought in line with the "
+                "edited arguments (the SDK's format changed?); nothing was executed."
+            )
+        entry["fingerprint"] = after[3]
+
+
+async def _edit_session_calls(run: AgentRun, edits: dict[str, str]) -> None:
+    """Give the conversation's session the calls as they run: the SDK stored the model's at
+    the pause. The session protocol has no update, so the turn's items from the first edited
+    call on are taken out and put back, the edited calls rewritten (through the session, so
+    an encrypted one stays so). Before the run goes on, by the one resume that claimed the
+    state; should it fail, the run still runs the edited call (logged)."""
+    conversation = run.conversation
+    session = open_session(
+        conversation.session_id,
+        owner=conversation.owner_id,
+        agent_name=run.agent_name,
+        conversation_pk=conversation.pk,
+    )
+    try:
+        items = await session.get_items(STOP_LOOKBACK_ITEMS)
+        start = max((i for i, item in enumerate(items) if is_user_message(item)), default=-1)
+        first = next(
+            (
+                i
+                for i in range(start + 1, len(items))
+                if items[i].get("type") == "function_call" and items[i].get("call_id") in edits
+            ),
+            None,
+        )
+        if first is None:
+            logger.warning("Run %s: its session does not hold the edited call(s).", run.pk)
+            return
+        tail = [dict(item) for item in items[first:]]
+        for item in tail:
+            if item.get("type") == "function_call" and item.get("call_id") in edits:
+                item["arguments"] = edits[str(item["call_id"])]
+        for _ in tail:
+            await session.pop_item()
+        await session.add_items(cast("list[Any]", tail))
+    except Exception:
+        logger.exception("Run %s: the session was not given the edited call(s)", run.pk)
+
+
 def rejection_text(request: ApprovalRequest, decision: ApprovalDecision) -> str:
-    """What the model reads as the tool's output when a call is rejected."""
-    if request.status in (ApprovalStatus.EXPIRED, ApprovalStatus.WITHDRAWN):
+    """What the model reads as the tool's output when a call is rejected (or answered as
+    the tool: exactly the reviewer's text)."""
+    if decision.is_response or request.status in (
+        ApprovalStatus.EXPIRED,
+        ApprovalStatus.WITHDRAWN,
+    ):
         return decision.message
     if decision.message:
         return f"A reviewer rejected this tool call: {decision.message}"
@@ -1339,6 +1545,8 @@ def decide(
     always: bool = False,
     seen_hash: str | None = None,
     note: str | None = None,
+    response: str | None = None,
+    arguments: dict[str, Any] | None = None,
 ) -> ApprovalDecision:
     """Record a reviewer's decision; resume the run when its pause is fully decided.
 
@@ -1347,14 +1555,43 @@ def decide(
     for reviewers only: kept in the audit, never given to the model, the session, the trace
     or the chat.
 
+    With `response` (and `approve` False), the reviewer answers as the tool: the tool never
+    runs, and the model reads exactly `response` as the call's output (kept as the
+    decision's message, its kind "responded"). Like an approval, nobody answers for a call
+    in her own conversation: what the tool "said" steers the agent.
+
+    With `arguments` (and `approve`), the reviewer edits, then approves: the tool runs once
+    with these instead of the model's, if its author allows edits (`registry.review`) and
+    they fit its JSON schema. The decision keeps both hashes, the new arguments and the
+    site's signature over the edit (kind "edited"); arguments equal to the model's are a
+    plain approval.
+
     Raises:
         AlreadyDecided / RequestExpired / RequestClosed: with a message for the reviewer.
-        NeedsAnotherReviewer: an approval of a call in the reviewer's own conversation.
-        DecisionRefused: the reviewer may not decide, or the arguments changed since they
-            were shown (`seen_hash`).
+        NeedsAnotherReviewer: an approval (or an answer) in the reviewer's own conversation.
+        DecisionRefused: the reviewer may not decide, the arguments changed since they
+            were shown (`seen_hash`), `response` is empty or too long, or the edited
+            `arguments` are not allowed or do not fit the tool.
     """
     if not permissions.is_reviewer(reviewer):
         raise DecisionRefused("You are not allowed to approve or reject tool calls.")
+    kind = DecisionKind.APPROVED if approve else DecisionKind.REJECTED
+    if response is not None:
+        if approve:
+            raise ValueError("A call answered as the tool is not approved: it never runs.")
+        response = response.strip()
+        if not response:
+            raise DecisionRefused(
+                "Write the result the agent should read as the tool's output; it is empty."
+            )
+        if len(response) > MAX_RESPONSE_CHARS:
+            raise DecisionRefused(
+                f"The tool's output is too long ({len(response)} characters; at most "
+                f"{MAX_RESPONSE_CHARS})."
+            )
+        kind, message = DecisionKind.RESPONDED, response
+    if arguments is not None and (not approve or always or response is not None):
+        raise ValueError("Edited arguments go with a plain approval.")
     return _record_decision(
         request,
         reviewer,
@@ -1363,12 +1600,18 @@ def decide(
         always=always,
         seen_hash=seen_hash,
         note=note,
+        kind=kind,
+        edited=arguments,
     )
 
 
 SELF_APPROVAL_REFUSED = (
     "You started this conversation, so another reviewer must approve this call "
     "(separation of duties). You may still reject it."
+)
+SELF_RESPONSE_REFUSED = (
+    "You started this conversation, so another reviewer must answer as the tool for this "
+    "call (separation of duties). You may still reject it."
 )
 
 
@@ -1434,9 +1677,13 @@ def _record_decision(
     expired: bool = False,
     withdrawn: bool = False,
     note: str | None = None,
+    kind: DecisionKind | None = None,
+    edited: dict[str, Any] | None = None,
 ) -> ApprovalDecision:
     request_id = request.pk if isinstance(request, ApprovalRequest) else int(request)
-    message = (message or "").strip()[:MAX_MESSAGE_CHARS]
+    responded = kind == DecisionKind.RESPONDED
+    # An answer as the tool is read whole (`decide` bounds it); a message is cut to size.
+    message = (message or "").strip()[: MAX_RESPONSE_CHARS if responded else MAX_MESSAGE_CHARS]
     note = (note or "").strip()[:MAX_MESSAGE_CHARS]
     with transaction.atomic():
         current = ApprovalRequest.objects.select_related("run").get(pk=request_id)
@@ -1452,8 +1699,10 @@ def _record_decision(
             .get(pk=current.run_id)
         )
         current.run = run
-        if approve and needs_another_reviewer(current, reviewer):
-            raise NeedsAnotherReviewer(SELF_APPROVAL_REFUSED)
+        if (approve or responded) and needs_another_reviewer(current, reviewer):
+            raise NeedsAnotherReviewer(
+                SELF_RESPONSE_REFUSED if responded else SELF_APPROVAL_REFUSED
+            )
         if seen_hash is not None and seen_hash != current.arguments_hash:
             raise DecisionRefused(
                 "The arguments changed since this request was shown to you; reload it."
@@ -1463,12 +1712,17 @@ def _record_decision(
                 "The arguments of this request were changed outside agentsite, so what you "
                 "would approve is not what would run; it cannot be approved. Reject it."
             )
+        edit = _edit_fields(current, run, reviewer, edited) if edited is not None else {}
+        if edit:
+            kind = DecisionKind.EDITED
         now = timezone.now()
         status = (
             ApprovalStatus.EXPIRED
             if expired
             else ApprovalStatus.WITHDRAWN
             if withdrawn
+            else ApprovalStatus.RESPONDED
+            if responded
             else ApprovalStatus.APPROVED
             if approve
             else ApprovalStatus.REJECTED
@@ -1488,6 +1742,8 @@ def _record_decision(
             arguments_hash=seen_hash or current.arguments_hash,
             withdrawn=withdrawn,
             note=note,
+            kind=kind or _kind(status),
+            **edit,
         )
         claimed = _claim_for_resume(run, current.pause)
         # In this transaction: the trace shows the decision exactly when the audit does.
@@ -1513,6 +1769,11 @@ def _record_decision(
     return decision
 
 
+def _kind(status: str) -> DecisionKind:
+    """The audit's kind of a decision that set a request to `status`."""
+    return DecisionKind(status)
+
+
 def _refuse(request_id: int, now: Any) -> None:
     request = ApprovalRequest.objects.select_related("decided_by").get(pk=request_id)
     when = request.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if request.decided_at else ""
@@ -1521,6 +1782,8 @@ def _refuse(request_id: int, now: Any) -> None:
         raise AlreadyDecided(f"Already {request.status} by {who} at {when}.")
     if request.status == ApprovalStatus.WITHDRAWN:
         raise AlreadyDecided(f"Withdrawn by {who} at {when}.")
+    if request.status == ApprovalStatus.RESPONDED:
+        raise AlreadyDecided(f"Already answered as the tool by {who} at {when}.")
     if request.status == ApprovalStatus.EXPIRED or request.expires_at <= now:
         expired_at = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         raise RequestExpired(f"This request expired at {expired_at}; it can no longer be decided.")

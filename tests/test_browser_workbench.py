@@ -1,5 +1,6 @@
 """The reviewer's workbench (issue 15) in a real Chromium, against a real daphne server: a row
-that explains its call, and a reviewer's own request that needs another reviewer."""
+that explains its call, a reviewer's own request that needs another reviewer, and an edit of a
+call's arguments before approving it."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import ApprovalDecision, ApprovalStatus
+from approvals.models import ApprovalDecision, ApprovalStatus, DecisionKind, RunStatus
+from demo.models import Order
 from tests.factories import make_reviewer, make_user
 from tests.test_browser_inbox import (
     PASSWORD,
     demo,  # noqa: F401  (fixture: orders, runs that pause)
     open_inbox,
     pause,
+    wait_for_run,
 )
 
 pytestmark = [
@@ -144,3 +147,34 @@ def test_a_new_request_is_announced_in_the_live_region(live_site: Any, page: Any
     page.evaluate("document.body.dispatchEvent(new CustomEvent('resync'))")
     expect(page.locator(f"#request-{new.pk}")).to_be_visible()
     expect(announcer).to_have_text("New request: cancel_order, asked by alice.")
+
+
+def test_a_reviewer_edits_the_arguments_then_approves_and_the_edited_call_runs(
+    live_site: Any, page: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    request = pause("cancel order 42", alice)
+
+    open_inbox(page, live_site, "rita")
+    row = page.locator(f"#request-{request.pk}")
+    row.get_by_role("link", name="Edit, then approve").click()
+    # The form comes from the tool's schema, prefilled, opened by the link.
+    order = page.get_by_label("Order Id")
+    expect(order).to_be_visible()
+    expect(order).to_have_value("42")
+    order.fill("44")
+    page.screenshot(path="/tmp/e-workbench-edit.png", full_page=True)
+    page.get_by_role("button", name="Approve with these arguments").click()
+
+    decision = page.get_by_role("region", name="Decision")
+    expect(decision).to_contain_text("Approved")
+    expect(decision).to_contain_text("Arguments edited by rita")
+    expect(decision.locator("[data-edited-call]")).to_have_text("cancel_order(order_id=44)")
+    decided = ApprovalDecision.objects.get(request=request)
+    assert (decided.kind, decided.edited_arguments) == (DecisionKind.EDITED, {"order_id": 44})
+
+    # The server resumes the run: the edited call ran, and only it.
+    wait_for_run(request.run_id, RunStatus.COMPLETED)
+    statuses = dict(Order.objects.filter(number__in=[42, 44]).values_list("number", "status"))
+    assert statuses == {42: Order.Status.PLACED, 44: Order.Status.CANCELLED}

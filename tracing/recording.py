@@ -92,6 +92,7 @@ def record_decision(
                         "tool": request.tool_name,
                         "call_id": request.call_id,
                         "arguments_hash": decision.arguments_hash,
+                        **_edit(decision),
                     },
                 },
             )
@@ -156,11 +157,31 @@ def _fields(run: AgentRun, status: str) -> Mapping[str, Any]:
     }
 
 
+def _edit(decision: ApprovalDecision) -> dict[str, Any]:
+    """An edited call's mark: the arguments it runs with (masked; only with the sensitive
+    data setting on, as the SDK's own spans) and their hash beside the model's."""
+    if not decision.is_edit:
+        return {}
+    edit: dict[str, Any] = {
+        "edited": True,
+        "edited_arguments_hash": decision.edited_arguments_hash,
+    }
+    if settings.AGENTSITE_TRACE_SENSITIVE_DATA:
+        edit["edited_arguments"] = redaction.clean(decision.edited_arguments)
+    return edit
+
+
 def _decision(decision: ApprovalDecision, status: str) -> str:
     if status == ApprovalStatus.EXPIRED:
         return "expired"
     if status == ApprovalStatus.WITHDRAWN:
         return "withdrawn"
+    if status == ApprovalStatus.RESPONDED:
+        # The tool never ran; `message` is what the model read as its output. (The SDK's own
+        # function span shows it as a rejection: its one way to skip a call.)
+        return "respond"
+    if decision.is_edit:
+        return "edit and approve"
     return "approve" if decision.approved else "reject"
 
 
