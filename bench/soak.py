@@ -440,7 +440,8 @@ def account(cluster: Cluster, soak: Soak) -> dict[str, list[str]]:
             problems["paused other than once"].append(
                 f"run {run[0]}: {run[5]} pause(s), {requests_of[run[0]]} request(s)"
             )
-    approved_calls, rejected_calls = set(), set()
+    approved_calls: set[str] = set()
+    rejected_calls: set[str] = set()
     for pk, _, call_id, status in requests:
         made = decisions.get(pk, [])
         chosen = soak.chosen.get(pk)
