@@ -32,6 +32,7 @@ BENCHMARKS = {
     "push": "bench.push",
     "scaling": "bench.scaling",
     "conversations": "bench.conversations",
+    "soak": "bench.soak",
 }
 
 

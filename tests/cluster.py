@@ -203,3 +203,27 @@ async def read_until(socket: ClientConnection, *texts: str, within: float = 15) 
 def served_sockets(service: Service, path: str) -> int:
     """How many websockets to `path` this web process accepted (its access log says)."""
     return service.log().count(f"WSCONNECT {path}")
+
+
+def give_password(cluster: Cluster, username: str, password: str) -> None:
+    """Let `Person.signed_in` sign in as the cluster's user `username`: its password set
+    through the cluster's database (the demo's customers have none usable). The hash is made
+    in this process, so Django's settings must be set up here."""
+    from django.contrib.auth.hashers import make_password
+
+    changed = cluster_rows(
+        cluster,
+        "UPDATE auth_user SET password = %s WHERE username = %s RETURNING id",
+        make_password(password),
+        username,
+    )
+    assert changed, f"the cluster has no user {username}"
+    PASSWORDS[username] = password
+
+
+def process_memory(pid: int) -> tuple[int, int]:
+    """(resident memory in bytes, open file descriptors) of the process `pid`, from /proc."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    kib = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    assert kib, f"no VmRSS in /proc/{pid}/status"
+    return int(kib[1]) * 1024, len(os.listdir(f"/proc/{pid}/fd"))
