@@ -415,19 +415,9 @@ def _set_aside_reason(
     approval: ApprovalRequest, form: BulkDecisionForm, user: Any, now: Any
 ) -> str:
     """Why a selected request will not be decided by this bulk decision ("" when it will)."""
-    if approval.status in (
-        ApprovalStatus.APPROVED,
-        ApprovalStatus.REJECTED,
-        ApprovalStatus.WITHDRAWN,
-    ):
-        who = approval.decided_by.get_username() if approval.decided_by else "someone"
-        when = approval.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if approval.decided_at else ""
-        return f"Already {approval.status} by {who} at {when}."
-    if approval.status == ApprovalStatus.EXPIRED or approval.is_overdue(now):
-        expired_at = approval.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-        return f"It expired at {expired_at}; it can no longer be decided."
-    if not approval.is_pending:
-        return f"It was {approval.status}; it can no longer be decided."
+    closed = runs.closed_reason(approval, now)
+    if closed is not None:
+        return str(closed)
     seen = form.seen_hash(approval.pk)
     if seen is not None and seen != approval.arguments_hash:
         return "Its arguments changed since the inbox showed them; open it to check them."

@@ -1774,20 +1774,30 @@ def _kind(status: str) -> DecisionKind:
     return DecisionKind(status)
 
 
-def _refuse(request_id: int, now: Any) -> None:
-    request = ApprovalRequest.objects.select_related("decided_by").get(pk=request_id)
+def closed_reason(request: ApprovalRequest, now: Any) -> DecisionRefused | None:
+    """Why `request` can no longer be decided, as the error `decide` raises for it (its
+    message is for the reviewer); None while it waits. Needs `decided_by` loaded."""
     when = request.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if request.decided_at else ""
     who = request.decided_by.get_username() if request.decided_by else "someone"
     if request.status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
-        raise AlreadyDecided(f"Already {request.status} by {who} at {when}.")
+        return AlreadyDecided(f"Already {request.status} by {who} at {when}.")
     if request.status == ApprovalStatus.WITHDRAWN:
-        raise AlreadyDecided(f"Withdrawn by {who} at {when}.")
+        return AlreadyDecided(f"Withdrawn by {who} at {when}.")
     if request.status == ApprovalStatus.RESPONDED:
-        raise AlreadyDecided(f"Already answered as the tool by {who} at {when}.")
+        return AlreadyDecided(f"Already answered as the tool by {who} at {when}.")
     if request.status == ApprovalStatus.EXPIRED or request.expires_at <= now:
         expired_at = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-        raise RequestExpired(f"This request expired at {expired_at}; it can no longer be decided.")
-    raise RequestClosed(f"This request was {request.status}; it can no longer be decided.")
+        return RequestExpired(f"This request expired at {expired_at}; it can no longer be decided.")
+    if request.status != ApprovalStatus.PENDING:
+        return RequestClosed(f"This request was {request.status}; it can no longer be decided.")
+    return None
+
+
+def _refuse(request_id: int, now: Any) -> None:
+    request = ApprovalRequest.objects.select_related("decided_by").get(pk=request_id)
+    raise closed_reason(request, now) or RequestClosed(
+        f"This request was {request.status}; it can no longer be decided."
+    )
 
 
 def _claim_for_resume(run: AgentRun, pause: int) -> bool:

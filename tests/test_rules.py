@@ -177,7 +177,7 @@ def test_only_a_guardrail_s_tripwire_is_an_error_that_does_not_fail_a_trace() ->
         assert trace.derived_status() == trace.status, trace.trace_id
 
 
-def test_a_request_is_decided_once_approved_rejected_expired_or_withdrawn() -> None:
+def test_a_request_is_decided_once_approved_rejected_answered_expired_or_withdrawn() -> None:
     run = _run()
     decided = {
         status
@@ -187,6 +187,7 @@ def test_a_request_is_decided_once_approved_rejected_expired_or_withdrawn() -> N
     assert decided == {
         ApprovalStatus.APPROVED,
         ApprovalStatus.REJECTED,
+        ApprovalStatus.RESPONDED,
         ApprovalStatus.EXPIRED,
         ApprovalStatus.WITHDRAWN,
     }

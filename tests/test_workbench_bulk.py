@@ -203,6 +203,19 @@ def test_what_changed_before_the_confirmation_is_set_apart_not_listed(
     assert ApprovalDecision.objects.filter(reviewer=rita).count() == 0
 
 
+def test_a_request_answered_as_the_tool_is_set_apart_in_the_engine_s_words(
+    client: Client, rita: Any
+) -> None:
+    fine, answered = refunds(2)
+    runs.decide(answered, make_reviewer("bob"), False, response="Refund issued by hand.")
+
+    html = text(client.post(URL, selection("approve", fine, answered)))
+
+    assert listed_ids(html) == [fine.pk]
+    assert set_aside_ids(html) == [answered.pk]
+    assert "Already answered as the tool by bob" in html
+
+
 def test_her_own_request_is_refused_per_row_in_the_result(
     client: Client, rita: Any, settings: Any
 ) -> None:
