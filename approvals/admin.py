@@ -3,15 +3,16 @@
 Everything here is the engine's, so it is all view-only: a saved form would write back every
 column it loaded (status, the signed state) over what the engine wrote meanwhile; runs are
 started only by the engine; and decisions are an audit, appended to by the engine alone.
-Requests are decided only through `runs.decide`, by the bulk actions, so the admin takes the
-same path as the inbox: one winning decision, events, and a resume after commit.
+Requests are decided only through `runs.decide`, by the bulk actions, which answer with the
+inbox's bulk confirmation: the admin takes the same path as the inbox, confirmation included:
+one winning decision, events, and a resume after commit.
 """
 
 from __future__ import annotations
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -24,8 +25,8 @@ from approvals.models import (
     ConsumedState,
     ServerProcess,
 )
+from approvals.views import bulk_confirmation_for
 from common.admin import ReadOnlyAdminMixin, pretty_json
-from engine import runs
 
 
 class ApprovalRequestInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -209,34 +210,27 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return pretty_json(request_obj.arguments)
 
     @admin.action(permissions=["decide"], description="Approve selected")
-    def approve_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
-        self._decide_selected(request, queryset, approve=True)
+    def approve_selected(
+        self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]
+    ) -> HttpResponse:
+        return self._confirm_selected(request, queryset, approve=True)
 
     @admin.action(permissions=["decide"], description="Reject selected")
-    def reject_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
-        self._decide_selected(request, queryset, approve=False)
+    def reject_selected(
+        self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]
+    ) -> HttpResponse:
+        return self._confirm_selected(request, queryset, approve=False)
 
-    def _decide_selected(
+    def _confirm_selected(
         self, request: HttpRequest, queryset: QuerySet[ApprovalRequest], *, approve: bool
-    ) -> None:
-        decided = 0
-        for approval in queryset.order_by("pk"):
-            try:
-                # A bulk action has no room for a message: the model is told the configured
-                # rejection text.
-                runs.decide(approval, request.user, approve, message=None)
-            except runs.DecisionRefused as refusal:
-                self.message_user(
-                    request,
-                    f"{approval.call_display()} (#{approval.pk}): {refusal}",
-                    messages.ERROR,
-                )
-            else:
-                decided += 1
-        if decided:
-            verb = "Approved" if approve else "Rejected"
-            noun = "request" if decided == 1 else "requests"
-            self.message_user(request, f"{verb} {decided} {noun}.", messages.SUCCESS)
+    ) -> HttpResponse:
+        """The inbox's bulk decision, confirmation first: the action answers with the list of
+        what would be decided (exactly the selected requests, read now; those that cannot be
+        set apart with the reason), and only its confirm button decides them, each through
+        `runs.decide`, then comes back to this list with the outcome."""
+        back = request.get_full_path()
+        ids = list(queryset.order_by("pk").values_list("pk", flat=True))
+        return bulk_confirmation_for(request, ids, approve=approve, back=back)  # type: ignore[arg-type]
 
 
 @admin.register(ApprovalDecision)

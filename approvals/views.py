@@ -17,7 +17,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Permission
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -426,6 +426,21 @@ def _set_aside_reason(
     if form.approve and not approval.arguments_intact:
         return "Its arguments were changed outside agentsite: it cannot be approved."
     return ""
+
+
+def bulk_confirmation_for(
+    request: HtmxHttpRequest, ids: list[int], *, approve: bool, back: str
+) -> HttpResponse:
+    """The first step of a bulk decision on `ids` taken elsewhere (the admin's actions): the
+    same confirmation, whose confirm button posts to `bulk_decide`, then back to `back`."""
+    data = QueryDict(mutable=True)
+    data["action"] = "approve" if approve else "reject"
+    data.setlist("ids", [str(pk) for pk in ids])
+    form = BulkDecisionForm(data, user=request.user)
+    if not form.is_valid():
+        messages.error(request, _errors_text(form))
+        return HttpResponseRedirect(back)
+    return _bulk_confirmation(request, form, back)
 
 
 def _bulk_confirmation(request: HtmxHttpRequest, form: BulkDecisionForm, back: str) -> HttpResponse:

@@ -18,6 +18,7 @@ from approvals.models import (
 from demo.models import OrderEvent
 from engine import runs
 from tests.factories import REVIEWER, grant, make_conversation, make_user, pause_run
+from tests.test_workbench_bulk import confirmation_data
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 RUNS = "/admin/approvals/agentrun/"
 REQUESTS = "/admin/approvals/approvalrequest/"
 DECISIONS = "/admin/approvals/approvaldecision/"
+BULK = "/inbox/decide/"
 
 
 @pytest.fixture
@@ -40,10 +42,16 @@ def paused_run(submitted: list[tuple[str, int]], text: str = "cancel order 42") 
 
 
 def approve_selected(client: Client, *requests: ApprovalRequest, action: str = "approve_selected"):
+    """The admin action: its answer is the inbox's bulk confirmation; nothing decided yet."""
     return client.post(
         REQUESTS,
         {"action": action, "_selected_action": [r.pk for r in requests], "index": 0},
     )
+
+
+def confirm(client: Client, confirmation: Any) -> Any:
+    """Press the confirmation's confirm button, as a browser would post it."""
+    return client.post(BULK, confirmation_data(confirmation.content.decode()))
 
 
 def messages_of(response: Any) -> list[str]:
@@ -165,15 +173,24 @@ def test_it_keeps_decisions_append_only_even_for_a_superuser(
     assert ApprovalDecision.objects.count() == 1
 
 
-def test_it_approves_selected_requests_through_the_engine(
+def test_it_approves_selected_requests_through_the_engine_after_a_confirmation(
     admin_client: Client, submitted: list
 ) -> None:
     run = paused_run(submitted)
     request = run.approval_requests.get()
 
-    response = approve_selected(admin_client, request)
+    confirmation = approve_selected(admin_client, request)
 
-    assert response.status_code == 302
+    # The action only lists what would run (the inbox's confirmation); nothing is decided.
+    assert confirmation.status_code == 200
+    page = confirmation.content.decode()
+    assert "Approve 1 request?" in page and f"#{request.pk}" in page
+    assert ApprovalDecision.objects.count() == 0
+    assert submitted[-1] == ("execute", run.pk)
+
+    response = confirm(admin_client, confirmation)
+
+    assert response.status_code == 302 and response["Location"] == REQUESTS
     assert messages_of(response) == ["Approved 1 request."]
     decision = ApprovalDecision.objects.get()
     assert decision.request == request
@@ -188,22 +205,22 @@ def test_it_approves_selected_requests_through_the_engine(
     assert OrderEvent.objects.count() == 0
 
 
-def test_it_reports_each_refusal_and_decides_nothing_twice(
+def test_it_sets_a_decided_request_apart_and_decides_nothing_twice(
     admin_client: Client, submitted: list
 ) -> None:
     first, second = paused_run(submitted), paused_run(submitted)
     first_request, second_request = first.approval_requests.get(), second.approval_requests.get()
-    approve_selected(admin_client, first_request)
+    confirm(admin_client, approve_selected(admin_client, first_request))
     admin_client.get(REQUESTS)  # shows, and so consumes, that action's message
     resumes = len(submitted)
 
-    response = approve_selected(admin_client, first_request, second_request)
+    confirmation = approve_selected(admin_client, first_request, second_request)
 
-    shown = messages_of(response)
-    assert len(shown) == 2
-    assert shown[0].startswith(f"cancel_order(order_id=42) (#{first_request.pk}): ")
-    assert "Already approved by admin at " in shown[0]
-    assert shown[1] == "Approved 1 request."
+    page = confirmation.content.decode()
+    assert "Already approved by admin at " in page
+    assert confirmation_data(page)["ids"] == [str(second_request.pk)]
+    response = confirm(admin_client, confirmation)
+    assert messages_of(response) == ["Approved 1 request."]
     assert ApprovalDecision.objects.filter(request=first_request).count() == 1
     assert ApprovalDecision.objects.filter(request=second_request).count() == 1
     assert submitted[resumes:] == [("resume", second.pk)]
@@ -213,7 +230,9 @@ def test_it_rejects_selected_requests(admin_client: Client, submitted: list) -> 
     run = paused_run(submitted)
     request = run.approval_requests.get()
 
-    response = approve_selected(admin_client, request, action="reject_selected")
+    response = confirm(
+        admin_client, approve_selected(admin_client, request, action="reject_selected")
+    )
 
     assert messages_of(response) == ["Rejected 1 request."]
     decision = ApprovalDecision.objects.get()
