@@ -10,6 +10,7 @@ the demo's after a fixed wait per call (`bench.conversations.LatencyDemoModel`).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -132,6 +133,42 @@ def test_it_never_has_more_tasks_in_flight_than_its_concurrency(
     # Each task row is marked a moment after its run's end (the worker records it next).
     wait_until(lambda: task_statuses() == ["SUCCESSFUL"] * 8, lambda: str(task_statuses()))
     assert most_at_once() == 3
+
+
+def test_a_worker_whose_loop_is_busy_computing_claims_no_more_runs(
+    in_thread: Callable[[int], ConcurrentWorker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BENCH_MODEL_LATENCY", "1.0")
+    first = start_run("where is order 44")
+    worker = in_thread(10)
+    wait_until(lambda: task_statuses() == ["RUNNING"], lambda: str(task_statuses()))
+
+    # The runs' loop computes for a while (a run that is CPU, not a wait for its model):
+    # what is queued meanwhile is left for a worker with CPU to spare.
+    busy = threading.Event()
+
+    async def compute() -> None:
+        busy.set()
+        end = time.process_time() + 0.6
+        while time.process_time() < end:
+            pass
+
+    asyncio.run_coroutine_threadsafe(compute(), worker._loop)
+    busy.wait(timeout=TIMEOUT)
+    queued = [start_run("where is order 7") for _ in range(3)]
+    time.sleep(0.3)
+    assert worker.loop_busy()
+    # It may claim one (the claim comes before the check that holds the next one), no more.
+    assert task_statuses() == ["READY", "READY", "RUNNING", "RUNNING"]
+
+    # Once it is free again, it claims them all at once (room for 10).
+    wait_until(
+        lambda: all(AgentRun.objects.get(pk=run.pk).is_finished for run in [first, *queued]),
+        lambda: str(statuses()),
+    )
+    wait_until(lambda: not worker.loop_busy())
+    wait_until(lambda: task_statuses() == ["SUCCESSFUL"] * 4, lambda: str(task_statuses()))
+    assert most_at_once() == 4
 
 
 def test_a_run_job_that_raises_fails_its_task_and_the_worker_goes_on(

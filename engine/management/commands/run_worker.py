@@ -5,7 +5,8 @@ end, model calls included: a worker that waits two seconds for a model waits wit
 idle and every other run queued behind it. This worker claims as django-tasks-db's does (its
 `Worker.run`: `get_locked()` + `claim()` in an exclusive transaction, with the same options),
 but hands each claimed task on instead of running it, and claims again while fewer than
-`--concurrency` are in flight:
+`--concurrency` are in flight and the runs' loop is not busy computing (its timers late: runs
+that are CPU, not waits; then queued runs are left to a worker with CPU to spare):
 
 - a coroutine task (the engine's `execute_run` / `resume_run`) runs on one event loop, in a
   thread of this worker, which uses the process's database hop threads (`hops.adopt`);
@@ -26,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from argparse import ArgumentParser, ArgumentTypeError
 from concurrent.futures import Future
 from inspect import iscoroutinefunction
@@ -50,6 +52,14 @@ logger = db_worker.logger
 # not what this worker is for, and each holds a database connection while it runs.
 SYNC_TASK_THREADS = 2
 
+# A loop that runs its timers late is busy computing (runs that are CPU, not waits for a
+# model): while it is, or was within the window, the worker claims nothing more, so queued
+# runs go to a worker with CPU to spare instead of waiting behind this one's. Runs that wait
+# leave the loop idle, and the worker claims up to its concurrency at once.
+LOOP_TICK_SECONDS = 0.01
+LOOP_BUSY_LAG_SECONDS = 0.025
+LOOP_BUSY_WINDOW_SECONDS = 0.25
+
 
 class ConcurrentWorker(db_worker.Worker):
     """django-tasks-db's `Worker`, whose `run_task` starts the task it is given and returns
@@ -71,6 +81,9 @@ class ConcurrentWorker(db_worker.Worker):
         self._threads = hops.HopExecutor(
             max_workers=SYNC_TASK_THREADS, thread_name_prefix="agentsite-worker-sync"
         )
+        # When the loop last ran its tick, and last ran it late (`loop_busy`).
+        self._ticked_at = time.monotonic()
+        self._late_at = 0.0
 
     # --- the worker's life ------------------------------------------------------------------
 
@@ -79,6 +92,7 @@ class ConcurrentWorker(db_worker.Worker):
         sweeper.start_thread(ProcessKind.WORKER)
         hops.adopt(self._loop)
         self._loop_thread.start()
+        asyncio.run_coroutine_threadsafe(self._tick(), self._loop)
         logger.info(
             "Running up to %d tasks at once (worker_id=%s)", self.concurrency, self.worker_id
         )
@@ -134,8 +148,9 @@ class ConcurrentWorker(db_worker.Worker):
     # --- one task ---------------------------------------------------------------------------
 
     def run_task(self, db_task_result: DBTaskResult) -> None:
-        """Start the claimed task; return once fewer than `concurrency` are in flight (or
-        the worker is stopping), so `Worker.run` claims the next one only then."""
+        """Start the claimed task; return once fewer than `concurrency` are in flight and
+        the runs' loop is not busy computing (`loop_busy`), or the worker is stopping, so
+        `Worker.run` claims the next one only then."""
         with self._room:
             self._in_flight[db_task_result.id] = db_task_result
         self._claimed += 1
@@ -157,6 +172,24 @@ class ConcurrentWorker(db_worker.Worker):
         with self._room:
             while self.running and len(self._in_flight) >= self.concurrency:
                 self._room.wait(timeout=1.0)
+        # (A claim comes before this check: a busy worker that was idle claims one more.)
+        while self.running and self.in_flight() and self.loop_busy():
+            time.sleep(LOOP_TICK_SECONDS)
+
+    def loop_busy(self) -> bool:
+        """Whether the runs' loop is computing now (its tick is overdue) or was lately."""
+        now = time.monotonic()
+        overdue = now - self._ticked_at > LOOP_TICK_SECONDS + LOOP_BUSY_LAG_SECONDS
+        return overdue or now - self._late_at < LOOP_BUSY_WINDOW_SECONDS
+
+    async def _tick(self) -> None:
+        """On the runs' loop: note each tick, and each tick that came late."""
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(LOOP_TICK_SECONDS)
+            self._ticked_at = now = time.monotonic()
+            if now - before - LOOP_TICK_SECONDS > LOOP_BUSY_LAG_SECONDS:
+                self._late_at = now
 
     @staticmethod
     def _is_coroutine(db_task_result: DBTaskResult) -> bool:
