@@ -140,7 +140,7 @@ def _round(cluster: Any, alice: Person, workers: int, turns: int) -> float:
         time.sleep(0.1)
     [(start,)] = cluster_rows(
         cluster,
-        "SELECT min(started_at) FROM django_tasks_db_dbtaskresult WHERE enqueued_at >= %s",
+        "SELECT min(started_at) FROM django_tasks_database_dbtaskresult WHERE enqueued_at >= %s",
         since,
     )
     [(end,)] = cluster_rows(
