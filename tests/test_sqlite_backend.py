@@ -166,9 +166,16 @@ def test_checkpoints_run_in_the_background_after_commits() -> None:
         time.sleep(0.01)
     assert file.checkpoints > before
     # The background checkpoint copied every frame of that commit into the database file.
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        busy, log_frames, checkpointed = cursor.fetchone()
+    # (Another thread of the suite may be writing or checkpointing at this very moment, a
+    # trace export's commit for one: then a PASSIVE checkpoint reports busy; ask again.)
+    deadline = time.monotonic() + 10
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            busy, log_frames, checkpointed = cursor.fetchone()
+        if busy == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert busy == 0 and log_frames == checkpointed
 
 
