@@ -90,6 +90,16 @@ class InboxSocketForm(InboxFilterForm):
     request = forms.IntegerField(required=False, min_value=1)
 
 
+def _text_box(rows: int, max_length: int = runs.MAX_MESSAGE_CHARS) -> forms.CharField:
+    """An optional text a reviewer writes (a message, a note, an answer), in a box."""
+    return forms.CharField(
+        required=False,
+        max_length=max_length,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": rows}),
+    )
+
+
 class DecisionForm(forms.Form):
     ACTIONS = [
         ("approve", "Approve"),
@@ -100,26 +110,11 @@ class DecisionForm(forms.Form):
     ]
 
     action = forms.ChoiceField(choices=ACTIONS)
-    message = forms.CharField(
-        required=False,
-        max_length=runs.MAX_MESSAGE_CHARS,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 3}),
-    )
+    message = _text_box(3)
     # For reviewers only (the audit and the history): never sent to the agent.
-    note = forms.CharField(
-        required=False,
-        max_length=runs.MAX_MESSAGE_CHARS,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 2}),
-    )
+    note = _text_box(2)
     # Answering as the tool: exactly what the model reads as the call's output.
-    response = forms.CharField(
-        required=False,
-        max_length=runs.MAX_RESPONSE_CHARS,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 3}),
-    )
+    response = _text_box(3, max_length=runs.MAX_RESPONSE_CHARS)
     # The arguments hash that was rendered with the buttons: a decision is about what was seen.
     seen_hash = forms.CharField(min_length=64, max_length=64)
     next = forms.CharField(required=False, max_length=2000)
@@ -186,18 +181,8 @@ class BulkDecisionForm(forms.Form):
     ids = RequestIdsField()
     next = forms.CharField(required=False, max_length=2000)
     # A rejection's two messages, as on one request (`DecisionForm`).
-    message = forms.CharField(
-        required=False,
-        max_length=runs.MAX_MESSAGE_CHARS,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 3}),
-    )
-    note = forms.CharField(
-        required=False,
-        max_length=runs.MAX_MESSAGE_CHARS,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 2}),
-    )
+    message = _text_box(3)
+    note = _text_box(2)
     confirm = forms.CharField(required=False, max_length=500)
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:

@@ -50,6 +50,21 @@ from bench.harness import Config, Row
 from tests.cluster import Person, give_password, process_memory, running_cluster
 
 BENCHMARK = "soak"
+# What the accounting counts after a soak; each must be 0.
+CHECKS = (
+    "lost",
+    "duplicated",
+    "not completed",
+    "paused other than once",
+    "decided other than once",
+    "refunded twice",
+    "approved, never refunded",
+    "rejected, refunded",
+    "refunded unasked",
+    "totals",
+    "5xx",
+    "client failures",
+)
 # Production's timings where the tests' cluster shortens them, the demo's agents, the demo
 # model at once (no pause between streamed words), no rate limit (the tests' cluster's).
 ENV = {
@@ -395,23 +410,7 @@ def account(cluster: Cluster, soak: Soak) -> dict[str, list[str]]:
                 "WHERE i.payload->>'role' = 'assistant' GROUP BY c.session_id"
             )
         )
-    problems: dict[str, list[str]] = {
-        name: []
-        for name in (
-            "lost",
-            "duplicated",
-            "not completed",
-            "paused other than once",
-            "decided other than once",
-            "refunded twice",
-            "approved, never refunded",
-            "rejected, refunded",
-            "refunded unasked",
-            "totals",
-            "5xx",
-            "client failures",
-        )
-    }
+    problems: dict[str, list[str]] = {name: [] for name in CHECKS}
     # Each message accepted: exactly one run of its conversation with its text, completed.
     run_of: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
     for run in runs:
@@ -541,23 +540,9 @@ def _rows(
     latencies = sorted(soak.latencies)
     p50 = statistics.median(latencies) if latencies else 0.0
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else 0.0
-    accounted = (
-        "lost",
-        "duplicated",
-        "not completed",
-        "paused other than once",
-        "decided other than once",
-        "refunded twice",
-        "approved, never refunded",
-        "rejected, refunded",
-        "refunded unasked",
-        "totals",
-        "5xx",
-        "client failures",
-    )
-    counts = ", ".join(f"{name} {len(problems[name])}" for name in accounted)
-    clean = not any(problems[name] for name in accounted)
-    for name in accounted:
+    counts = ", ".join(f"{name} {len(problems[name])}" for name in CHECKS)
+    clean = not any(problems[name] for name in CHECKS)
+    for name in CHECKS:
         for problem in problems[name][:5]:
             print(f"soak: {name}: {problem}", file=sys.stderr)
 
