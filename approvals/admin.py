@@ -6,9 +6,15 @@ started only by the engine; and decisions are an audit, appended to by the engin
 Requests are decided only through `runs.decide`, by the bulk actions, which answer with the
 inbox's bulk confirmation: the admin takes the same path as the inbox, confirmation included:
 one winning decision, events, and a resume after commit.
+
+Approval policies are the exception: rules people write, so staff with the model's
+permissions edit them here (with the same forms as the reviewers' policy pages). A decision
+a rule took keeps the rule's name; editing or deleting the rule changes no decision.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -17,12 +23,15 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from approvals.forms import PolicyConditionForm, PolicyForm
 from approvals.models import (
     ARGUMENTS_TAMPERED,
     AgentRun,
     ApprovalDecision,
+    ApprovalPolicy,
     ApprovalRequest,
     ConsumedState,
+    PolicyCondition,
     ServerProcess,
 )
 from approvals.views import bulk_confirmation_for
@@ -241,6 +250,7 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created",
         "request",
         "reviewer",
+        "policy_name",
         "kind",
         "approved",
         "always",
@@ -260,6 +270,8 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = readonly_fields = (
         "request",
         "reviewer",
+        "policy",
+        "policy_name",
         "kind",
         "approved",
         "always",
@@ -270,6 +282,62 @@ class ApprovalDecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "edited_arguments_hash",
         "created",
     )
+
+
+class PolicyConditionInline(admin.TabularInline):
+    model = PolicyCondition
+    form = PolicyConditionForm
+    extra = 1
+    max_num = 20
+
+
+@admin.register(ApprovalPolicy)
+class ApprovalPolicyAdmin(admin.ModelAdmin):
+    """Rules that decide paused calls without a person (`engine.policies`), in precedence
+    order: the first enabled rule that matches a call decides it."""
+
+    form = PolicyForm
+    inlines = [PolicyConditionInline]
+    list_display = [
+        "priority",
+        "name",
+        "enabled",
+        "action",
+        "agent_name",
+        "tool_name",
+        "conditions_display",
+        "decision_count",
+        "updated",
+        "updated_by",
+    ]
+    list_display_links = ["name"]
+    list_editable = ["enabled"]
+    list_filter = ["enabled", "action", "tool_name"]
+    search_fields = ["name", "tool_name", "agent_name", "description"]
+    readonly_fields = ["updated_by", "created", "updated"]
+    ordering = ["priority", "id"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApprovalPolicy]:
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related("conditions")
+            .select_related("updated_by")
+        )
+
+    @admin.display(description="conditions")
+    def conditions_display(self, policy: ApprovalPolicy) -> str:
+        return " and ".join(str(c) for c in policy.conditions.all()) or "every call"
+
+    @admin.display(description="decisions")
+    def decision_count(self, policy: ApprovalPolicy) -> int:
+        return policy.decisions.count()
+
+    def save_model(
+        self, request: HttpRequest, obj: ApprovalPolicy, form: Any, change: bool
+    ) -> None:
+        obj.updated_by = request.user  # type: ignore[assignment]
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(ConsumedState)

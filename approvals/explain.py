@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
-from engine import facts, registry
+from engine import facts, policies, registry
 from engine.facts import Fact
 
 if TYPE_CHECKING:
@@ -52,6 +52,10 @@ class Explanation:
     facts: list[Fact] | None = field(default_factory=list)
     # Whether a reviewer may edit its arguments before approving (`registry.review(editable=)`).
     editable: bool = False
+    # What the approval policies said when the run paused (None: nothing worth saying, no
+    # rules), and, for a call that still waits, what they would say now when that differs.
+    policy: policies.Verdict | None = None
+    policy_now: policies.Verdict | None = None
 
     @property
     def facts_unavailable(self) -> bool:
@@ -131,6 +135,7 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
     if with_facts:
         facts.attach(requests)
     sheets: dict[tuple[str | None, str, str], registry.ToolSheet] = {}
+    judged = _policy_lines(requests)
     for request in requests:
         run = request.run if "run" in request._state.fields_cache else None
         key = (run.agent_name if run else None, request.agent_name, request.tool_name)
@@ -149,8 +154,45 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
                 arguments=arguments_for(request.arguments, sheet) if intact else [],
                 facts=facts.for_request(request) if with_facts else [],
                 editable=intact and sheet.editable and isinstance(request.arguments, dict),
+                policy=judged.get(request.pk, (None, None))[0],
+                policy_now=judged.get(request.pk, (None, None))[1],
             ),
         )
+
+
+def _policy_lines(
+    requests: list[ApprovalRequest],
+) -> dict[int, tuple[policies.Verdict | None, policies.Verdict | None]]:
+    """For each request: its verdict at the pause, and for a pending one the verdict of the
+    rules as they are now when it differs (rules apply when a run pauses, so a rule added
+    since would decide the next such call, not this one). The rules are read once."""
+    pending = [request for request in requests if request.is_pending]
+    try:
+        rules = policies.load_rules() if pending else []
+        users = (
+            policies.users_facts([request.run.requested_by_id for request in pending])
+            if rules
+            else {}
+        )
+    except Exception:  # the page shows the stored verdicts without what the rules say now
+        rules, users = [], {}
+    lines: dict[int, tuple[policies.Verdict | None, policies.Verdict | None]] = {}
+    for request in requests:
+        then = policies.Verdict.from_json(request.verdict)
+        now = None
+        if request.is_pending and rules and request.arguments_intact:
+            call = policies.call_for(
+                request.agent_name, request.tool_name, request.arguments, request.run.agent_name
+            )
+            now = policies.evaluate(
+                rules, call, users.get(request.run.requested_by_id, policies.User())
+            )
+            if then is not None and (now.policy_id, now.action) == (then.policy_id, then.action):
+                now = None
+        if then is not None and not (then.policy_name or then.failed or rules):
+            then = None  # no rule then, none now: nothing to say
+        lines[request.pk] = (then, now)
+    return lines
 
 
 def for_request(request: ApprovalRequest) -> Explanation:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django import forms
@@ -17,7 +19,14 @@ from django.core import signing
 from django.core.exceptions import ValidationError
 from django.db.models import Q, Subquery
 
-from approvals.models import DecisionKind
+from approvals.models import (
+    ApprovalPolicy,
+    ConditionOperator,
+    ConditionSource,
+    DecisionKind,
+    PolicyAction,
+    PolicyCondition,
+)
 from engine import registry, runs
 
 MAX_BULK = 200
@@ -52,6 +61,7 @@ class HistoryFilterForm(InboxFilterForm):
         ("rejected", "Rejected"),
         ("responded", "Answered as the tool"),
         ("expired", "Expired"),
+        ("policy", "Decided by a policy"),
     ]
 
     reviewer = forms.CharField(required=False, max_length=150)
@@ -67,16 +77,19 @@ class HistoryFilterForm(InboxFilterForm):
             users = get_user_model().objects.filter(username=self.cleaned_data["reviewer"])
             q &= Q(reviewer=Subquery(users.values("pk")[:1]))
         decision = self.cleaned_data.get("decision")
-        # Only the site itself decides without a reviewer: when a request expires.
+        # Only the site itself decides without a reviewer or a policy: when a request expires.
+        expired = Q(reviewer__isnull=True, policy_name="")
         if decision == "approved":
             q &= Q(approved=True)
         elif decision == "rejected":
             # An answer as the tool is no rejection: the reviewer gave the call its result.
-            q &= Q(approved=False, reviewer__isnull=False) & ~Q(kind=DecisionKind.RESPONDED)
+            q &= Q(approved=False) & ~expired & ~Q(kind=DecisionKind.RESPONDED)
         elif decision == "responded":
             q &= Q(kind=DecisionKind.RESPONDED)
         elif decision == "expired":
-            q &= Q(reviewer__isnull=True)
+            q &= expired
+        elif decision == "policy":
+            q &= Q(reviewer__isnull=True) & ~Q(policy_name="")
         return q
 
 
@@ -367,3 +380,107 @@ class ArgumentsForm(forms.Form):
             self.add_error(None, error)
         self.edited = edited
         return cleaned
+
+
+# --- approval policies: the rule forms of the admin and of the reviewers' policy pages --------
+
+ARGUMENT_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+ORDERING = (
+    ConditionOperator.LESS,
+    ConditionOperator.AT_MOST,
+    ConditionOperator.MORE,
+    ConditionOperator.AT_LEAST,
+)
+TEXT_OPERATORS = (
+    ConditionOperator.CONTAINS,
+    ConditionOperator.STARTS_WITH,
+    ConditionOperator.ENDS_WITH,
+)
+
+
+class PolicyForm(forms.ModelForm[ApprovalPolicy]):
+    class Meta:
+        model = ApprovalPolicy
+        fields = [
+            "name",
+            "enabled",
+            "priority",
+            "agent_name",
+            "tool_name",
+            "action",
+            "message",
+            "description",
+        ]
+        widgets = {
+            "message": forms.Textarea(attrs={"rows": 2}),
+            "description": forms.Textarea(attrs={"rows": 2}),
+        }
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for name in ("name", "agent_name", "tool_name"):
+            if isinstance(data.get(name), str):
+                data[name] = data[name].strip()
+        if data.get("message", "").strip() and data.get("action") != PolicyAction.REJECT:
+            self.add_error(
+                "message",
+                "Only a rejecting rule has a message: the agent reads it instead of "
+                "the tool's output.",
+            )
+        return data
+
+
+class PolicyConditionForm(forms.ModelForm[PolicyCondition]):
+    """One condition, checked so that it can be evaluated: a number where it compares
+    numbers, a list where it asks for one, text where it reads text."""
+
+    class Meta:
+        model = PolicyCondition
+        fields = ["argument", "operator", "compare_to", "value"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        argument = str(data.get("argument") or "").strip()
+        data["argument"] = argument
+        if argument and not ARGUMENT_PATH.match(argument):
+            self.add_error(
+                "argument",
+                "Name an argument as the tool's schema does (letters, digits, _ or -), or a "
+                "field of one as argument.field.",
+            )
+        operator, source = data.get("operator"), data.get("compare_to")
+        value = str(data.get("value") or "").strip()
+        data["value"] = value
+        if source != ConditionSource.VALUE:
+            if operator in ORDERING:
+                self.add_error(
+                    "compare_to", "The user's email address and username are text, not numbers."
+                )
+            return data
+        if operator in ORDERING:
+            try:
+                number = Decimal(value)
+            except InvalidOperation:
+                number = None
+            if number is None or not number.is_finite():
+                self.add_error(
+                    "value",
+                    f"“{ConditionOperator(operator).label}” compares numbers: write a number.",
+                )
+        elif operator in (ConditionOperator.ONE_OF, ConditionOperator.NOT_ONE_OF):
+            if not [part for part in value.split(",") if part.strip()]:
+                self.add_error("value", "Write the values, separated by commas.")
+        elif operator in TEXT_OPERATORS and not value:
+            self.add_error("value", "Write the text to look for.")
+        return data
+
+
+PolicyConditionFormSet = forms.inlineformset_factory(
+    ApprovalPolicy,
+    PolicyCondition,
+    form=PolicyConditionForm,
+    extra=1,
+    max_num=20,
+    validate_max=True,
+    can_delete=True,
+)

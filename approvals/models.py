@@ -31,6 +31,9 @@ def arguments_hash(arguments: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# The verdicts of an approval policy that decide a call without a person.
+POLICY_DECIDES = ("approve", "reject")
+
 ARGUMENTS_TAMPERED = "arguments changed outside agentsite: not shown, cannot be approved"
 
 
@@ -306,6 +309,10 @@ class ApprovalRequest(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # What the approval policies said when the run paused (`engine.policies.Verdict`): the
+    # rule that decided or asked for a person, or why none did. Written once, at the pause:
+    # a later change to the rules never changes it.
+    verdict = models.JSONField(default=dict, blank=True, editable=False)
 
     objects = ApprovalRequestQuerySet.as_manager()
 
@@ -343,6 +350,21 @@ class ApprovalRequest(models.Model):
         saved state is checked against the same hash). Edited outside agentsite, they are
         neither shown nor approvable."""
         return hmac.compare_digest(arguments_hash(self.arguments), self.arguments_hash)
+
+    @property
+    def decided_by_policy(self) -> str:
+        """The name of the policy that decided this request at its pause; "" when a person,
+        the expiry or nobody did."""
+        if self.decided_by_id is not None or self.verdict.get("action") not in POLICY_DECIDES:
+            return ""
+        return str(self.verdict.get("policy_name") or "")
+
+    def decider_display(self) -> str:
+        """Who decided, for people: a reviewer's name, "policy <name>", or ""."""
+        if self.decided_by is not None:
+            return self.decided_by.get_username()
+        policy = self.decided_by_policy
+        return f"policy {policy}" if policy else ""
 
     def arguments_display(self) -> str:
         if not self.arguments_intact:
@@ -416,6 +438,20 @@ class ApprovalDecision(models.Model):
         max_length=64, blank=True, help_text="The hash of the edited arguments."
     )
     edit_signature = models.CharField(max_length=64, blank=True, editable=False)
+    # Decided by an approval policy, not a person (`reviewer` is empty): the rule, and its
+    # name and what it matched as they were then (`note` holds why), so that renaming,
+    # changing or deleting the rule later changes nothing here.
+    policy = models.ForeignKey(
+        "ApprovalPolicy",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="decisions",
+        help_text="The approval policy that decided, when no person did.",
+    )
+    policy_name = models.CharField(
+        max_length=100, blank=True, help_text="The policy's name when it decided."
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -437,8 +473,19 @@ class ApprovalDecision(models.Model):
             if self.approved
             else "rejected"
         )
-        who = self.reviewer or "the site"
+        who = (
+            self.reviewer
+            if self.reviewer
+            else f"policy {self.policy_name}"
+            if self.policy_name
+            else "the site"
+        )
         return f"{who} {verb} {self.request}"
+
+    @property
+    def by_policy(self) -> bool:
+        """An approval policy decided, when the run paused; no person did."""
+        return bool(self.policy_name) and self.reviewer_id is None
 
     @property
     def is_edit(self) -> bool:
@@ -453,3 +500,119 @@ class ApprovalDecision(models.Model):
     def is_response(self) -> bool:
         """The reviewer wrote the call's result (`message`); the tool never ran."""
         return self.kind == DecisionKind.RESPONDED
+
+
+# --- approval policies ------------------------------------------------------------------------
+
+
+class PolicyAction(models.TextChoices):
+    APPROVE = "approve", "Approve automatically"
+    REJECT = "reject", "Reject automatically"
+    # A person decides, whatever the rules after it say.
+    ASK = "ask", "Always ask a reviewer"
+
+
+class ApprovalPolicy(models.Model):
+    """A rule that outlasts a run: calls of `tool_name` (any tool when empty) by `agent_name`
+    (any agent when empty) whose arguments meet every condition are approved, rejected or
+    sent to a person, without asking anyone. The first enabled rule that matches, in order of
+    `priority` (then age), decides; `engine.policies` evaluates them when a run pauses."""
+
+    name = models.CharField(max_length=100, unique=True)
+    enabled = models.BooleanField(default=True, help_text="Off: the rule is never evaluated.")
+    priority = models.PositiveIntegerField(
+        default=100,
+        help_text="Lower goes first: the first enabled rule that matches a call decides it.",
+    )
+    agent_name = models.CharField(
+        "agent",
+        max_length=100,
+        blank=True,
+        help_text="The agent whose calls it matches; empty: any.",
+    )
+    tool_name = models.CharField(
+        "tool", max_length=200, blank=True, help_text="The tool whose calls it matches; empty: any."
+    )
+    action = models.CharField(max_length=20, choices=PolicyAction.choices)
+    message = models.TextField(
+        "message to the agent",
+        blank=True,
+        max_length=2000,
+        help_text="For a rejecting rule: what the model reads as the call's output (it may reach "
+        "the customer). Empty: a standard sentence naming the policy.",
+    )
+    description = models.TextField(
+        blank=True, max_length=2000, help_text="Why the rule exists, for reviewers."
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
+    )
+
+    class Meta:
+        ordering = ["priority", "id"]
+        verbose_name = "approval policy"
+        verbose_name_plural = "approval policies"
+        permissions = [("manage_approvalpolicy", "Can manage approval policies")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ConditionOperator(models.TextChoices):
+    EQUALS = "==", "equals"
+    NOT_EQUALS = "!=", "does not equal"
+    LESS = "<", "is less than"
+    AT_MOST = "<=", "is at most"
+    MORE = ">", "is more than"
+    AT_LEAST = ">=", "is at least"
+    ONE_OF = "in", "is one of (comma-separated)"
+    NOT_ONE_OF = "not in", "is none of (comma-separated)"
+    CONTAINS = "contains", "contains"
+    STARTS_WITH = "starts with", "starts with"
+    ENDS_WITH = "ends with", "ends with"
+
+
+class ConditionSource(models.TextChoices):
+    VALUE = "value", "the value"
+    USER_EMAIL = "user.email", "the user's email address"
+    USER_NAME = "user.username", "the user's username"
+
+
+class PolicyCondition(models.Model):
+    """One condition of a rule on one argument of the call: `amount <= 20`, `to != the
+    user's email address`. A rule matches when all of its conditions hold."""
+
+    policy = models.ForeignKey(ApprovalPolicy, on_delete=models.CASCADE, related_name="conditions")
+    argument = models.CharField(
+        max_length=200,
+        help_text="The argument's name as the tool's JSON schema has it; a.b for a field of an "
+        "object argument.",
+    )
+    operator = models.CharField(max_length=20, choices=ConditionOperator.choices)
+    compare_to = models.CharField(
+        max_length=20, choices=ConditionSource.choices, default=ConditionSource.VALUE
+    )
+    value = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="A number, text, true/false, or a comma-separated list for one of / none of. "
+        "Ignored when comparing with the user's email address or username.",
+    )
+
+    class Meta:
+        ordering = ["policy", "id"]
+
+    def __str__(self) -> str:
+        compared = (
+            self.value
+            if self.compare_to == ConditionSource.VALUE
+            else self.get_compare_to_display()
+        )
+        return f"{self.argument} {self.operator} {compared}"

@@ -349,7 +349,7 @@ def run_view(
                     Decided(
                         call=call_for(request),
                         status=request.status,
-                        by=request.decided_by.get_username() if request.decided_by else "",
+                        by=request.decider_display(),
                     )
                 )
     return before, view

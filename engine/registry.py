@@ -200,6 +200,9 @@ class Review:
     # Whether a reviewer may change the call's arguments before approving it ("edit, then
     # approve"); a tool's author forbids it with `review(..., editable=False)`.
     editable: bool = True
+    # Whether an approval policy may approve a call without a person (`engine.policies`); a
+    # tool's author requires a person with `review(..., auto_approve=False)`.
+    auto_approve: bool = True
 
 
 # id(tool) -> (the tool, its declarations); the tool is kept so that its id stays its own.
@@ -216,12 +219,14 @@ def review(
     currency: str = "USD",
     facts: FactsHook | None = None,
     editable: bool = True,
+    auto_approve: bool = True,
 ) -> Any:
     """Declare, for a tool (an SDK `FunctionTool`, or any tool object), what its reviewers
     read: `review(tool, risk="irreversible", money=["amount"], facts=hook)`, or
     `@review(risk=...)` above `@function_tool`. Returns the tool itself. `editable=False`
     forbids reviewers to change a call's arguments before approving it (they may still
-    approve, reject or answer as the tool).
+    approve, reject or answer as the tool). `auto_approve=False` lets no approval policy
+    approve a call without a person (a policy may still reject it).
 
     Raises:
         ValueError: `risk` is not one of low, high, irreversible; `money` names an argument
@@ -235,7 +240,9 @@ def review(
         unknown = [n for n in money if isinstance(properties, dict) and n not in properties]
         if unknown:
             raise ValueError(f"review(money=...) names arguments the tool has not: {unknown}")
-        declared = Review(level, True, tuple(money), currency.upper(), facts, editable)
+        declared = Review(
+            level, True, tuple(money), currency.upper(), facts, editable, auto_approve
+        )
         _reviews[id(target)] = (target, declared)
         return target
 

@@ -65,6 +65,7 @@ from approvals.models import (
     AgentRun,
     ApprovalDecision,
     ApprovalOrigin,
+    ApprovalPolicy,
     ApprovalRequest,
     ApprovalStatus,
     ConsumedState,
@@ -78,7 +79,16 @@ from conversations.items import is_user_message, message_text, parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session
 from engine import context as run_context
-from engine import events, executor, heartbeat, model_errors, permissions, providers, registry
+from engine import (
+    events,
+    executor,
+    heartbeat,
+    model_errors,
+    permissions,
+    policies,
+    providers,
+    registry,
+)
 from engine.executor import Job
 from engine.sql import statements
 from tracing import recording, redaction
@@ -924,6 +934,20 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
     # The context as ids only (`engine/context.py`); anything else in it refuses to be saved.
     state = result.to_state().to_json(context_serializer=run_context.serialize, strict_context=True)
     run.trace_id = _trace_id(result) or run.trace_id
+    interruptions = list(result.interruptions)
+    # The approval policies, read once for the pause; a deciding verdict is a decision below.
+    verdicts = policies.verdicts(
+        [
+            policies.call_for(
+                item.agent.name if item.agent else agent.name,
+                item.tool_name or "",
+                parse_arguments(item.arguments),
+                run.agent_name,
+            )
+            for item in interruptions
+        ],
+        run.requested_by_id,
+    )
     now = timezone.now()
     expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
     outcome = _Outcome()
@@ -932,12 +956,20 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
             # FOR NO KEY UPDATE, as in `_record_decision`: the exporter's batch of this run's
             # trace checks its foreign key to the run on commit, while this waits for its row.
             locked = AgentRun.objects.select_for_update(no_key=True).get(pk=run.pk)
-            if locked.status == RunStatus.WAITING and locked.pause_count == run.pause_count + 1:
+            if (
+                locked.status in (RunStatus.WAITING, RunStatus.RESUMING)
+                and locked.pause_count == run.pause_count + 1
+            ):
                 # An earlier attempt committed before its connection broke (only this write
-                # moves a running run to waiting).
+                # moves a running run to waiting, or to resuming when policies decided all
+                # of its calls: a resumption takes the state once, so asking again is safe).
                 requests = list(ApprovalRequest.objects.of_pause(locked, locked.pause_count))
-                outcome.events.extend(events.ApprovalCreated.for_request(r) for r in requests)
+                outcome.events.extend(
+                    events.ApprovalCreated.for_request(r) for r in requests if r.is_pending
+                )
                 outcome.events.append(_run_updated(run.pk, run.conversation_id, locked.status))
+                if locked.status == RunStatus.RESUMING:
+                    transaction.on_commit(lambda: executor.submit("resume", run.pk))
                 return outcome
             if locked.status != RunStatus.RUNNING:
                 # Failed meanwhile: asking reviewers to approve a dead run's calls is wrong.
@@ -956,11 +988,20 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                     arguments_hash=arguments_hash(item.arguments),
                     origin=_origin(item, agent),
                     expires_at=expires_at,
+                    verdict=verdict.as_json(),
                 )
-                for item in result.interruptions
+                for item, verdict in zip(interruptions, verdicts, strict=True)
             ]
+            decided = [
+                _decide_by_policy(request, verdict, now)
+                for request, verdict in zip(requests, verdicts, strict=True)
+                if verdict.decides
+            ]
+            # Every call decided by a policy: the run goes on at once, as after a person's
+            # last decision (the state is saved first: it resumes through the same path).
+            resuming = len(decided) == len(requests)
             AgentRun.objects.filter(pk=run.pk).update(
-                status=RunStatus.WAITING,
+                status=RunStatus.RESUMING if resuming else RunStatus.WAITING,
                 state=state,
                 state_signature=sign_state(state),
                 state_consumed=False,
@@ -973,15 +1014,54 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                 streamed_text="",
                 updated=now,
             )
-            recording.follow_run(run, RunStatus.WAITING)
+            status = RunStatus.RESUMING if resuming else RunStatus.WAITING
+            run.status, run.pause_count = status, pause
+            for request, decision in decided:
+                # In this transaction, as a person's: the trace shows it when the audit does.
+                recording.record_decision(request, decision, request.status, run)
+            recording.follow_run(run, status)
             _follow_agent(run, result)
+            if resuming:
+                transaction.on_commit(lambda: executor.submit("resume", run.pk))
     except IntegrityError as exc:
         # The model reused a call id of this run: its calls could no longer be told apart.
         _fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)
         return _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.FAILED)])
-    outcome.events.extend(events.ApprovalCreated.for_request(request) for request in requests)
-    outcome.events.append(_run_updated(run.pk, run.conversation_id, RunStatus.WAITING))
+    # A call a policy decided never reaches an inbox.
+    outcome.events.extend(
+        events.ApprovalCreated.for_request(request) for request in requests if request.is_pending
+    )
+    outcome.events.append(_run_updated(run.pk, run.conversation_id, status))
     return outcome
+
+
+def _decide_by_policy(
+    request: ApprovalRequest, verdict: policies.Verdict, now: Any
+) -> tuple[ApprovalRequest, ApprovalDecision]:
+    """Record the decision of the policy whose `verdict` decides `request` (just created, in
+    the pause's transaction): the request decided by nobody in person, the audit's row
+    naming the policy as it was (a later change to it changes neither)."""
+    approve = verdict.action == policies.PolicyAction.APPROVE
+    request.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+    request.decided_at = now
+    request.save(update_fields=["status", "decided_at"])
+    decision = ApprovalDecision.objects.create(
+        request=request,
+        reviewer=None,
+        approved=approve,
+        kind=DecisionKind.APPROVED if approve else DecisionKind.REJECTED,
+        message="" if approve else verdict.message.strip()[:MAX_MESSAGE_CHARS],
+        note=verdict.sentence()[:MAX_MESSAGE_CHARS],
+        arguments_hash=request.arguments_hash,
+        # The rule as it was read; deleted since, the name alone stays (its row is locked
+        # until this commits, so it cannot go in between).
+        policy_id=ApprovalPolicy.objects.select_for_update(no_key=True)
+        .filter(pk=verdict.policy_id or 0)
+        .values_list("pk", flat=True)
+        .first(),
+        policy_name=verdict.policy_name,
+    )
+    return request, decision
 
 
 def _run_updated(
@@ -1528,6 +1608,11 @@ def rejection_text(request: ApprovalRequest, decision: ApprovalDecision) -> str:
         ApprovalStatus.WITHDRAWN,
     ):
         return decision.message
+    if decision.by_policy:
+        said = (
+            f"This tool call was rejected by the policy “{decision.policy_name}”; it did not run."
+        )
+        return f"{said} {decision.message}" if decision.message else said
     if decision.message:
         return f"A reviewer rejected this tool call: {decision.message}"
     return str(settings.AGENTSITE_REJECTION_MESSAGE)
@@ -1778,7 +1863,7 @@ def closed_reason(request: ApprovalRequest, now: Any) -> DecisionRefused | None:
     """Why `request` can no longer be decided, as the error `decide` raises for it (its
     message is for the reviewer); None while it waits. Needs `decided_by` loaded."""
     when = request.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") if request.decided_at else ""
-    who = request.decided_by.get_username() if request.decided_by else "someone"
+    who = request.decider_display() or "someone"
     if request.status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
         return AlreadyDecided(f"Already {request.status} by {who} at {when}.")
     if request.status == ApprovalStatus.WITHDRAWN:

@@ -84,8 +84,13 @@ def record_decision(
                     "name": DECISION_SPAN_NAME,
                     "data": {
                         "reviewer": (
-                            decision.reviewer.get_username() if decision.reviewer else "expired"
+                            decision.reviewer.get_username()
+                            if decision.reviewer
+                            else f"policy {decision.policy_name}"
+                            if decision.by_policy
+                            else "expired"
                         ),
+                        **({"policy": decision.policy_name} if decision.by_policy else {}),
                         "decision": _decision(decision, status),
                         "message": redaction.clean(decision.message),
                         "always": decision.always,

@@ -1,0 +1,381 @@
+"""Approval policies: rules kept in the database that decide a paused call without a person.
+
+When a run pauses, `verdicts` reads the enabled rules once, in order of precedence
+(`ApprovalPolicy.priority`, then age), and gives each call the verdict of the first rule that
+matches it: approve, reject, or ask a person (which ends the search: the rules below it do
+not apply). A call no rule matches waits for a person, as before there were rules.
+
+It fails closed. A rule that cannot be evaluated for a call (a condition comparing a number
+with a word, text with "at most", an argument the call does not have with "starts with"; or
+any error) stops the search there: the call waits for a person, and the request says which
+rule failed and why. So does every call of the pause when the rules cannot be read at all.
+And no rule approves a call of a tool whose author requires a person
+(`registry.review(..., auto_approve=False)`); it may still reject it.
+
+The verdict is written on the request when the run pauses, and a deciding verdict is
+recorded as a decision by "policy <name>" in the same audit and trace as a person's
+(`engine.runs`): what a rule decided stays decided, whatever later happens to the rules.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.contrib.auth import get_user_model
+
+from approvals.models import (
+    ApprovalPolicy,
+    ConditionOperator,
+    ConditionSource,
+    PolicyAction,
+    PolicyCondition,
+)
+from engine import registry
+
+logger = logging.getLogger(__name__)
+
+
+class PolicyError(Exception):
+    """A condition that cannot be evaluated for a call; its message says why, for people."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """What the rules read of one paused call."""
+
+    agent_name: str
+    tool_name: str
+    arguments: Any
+    # Whether a rule may approve it (the tool's author may require a person).
+    auto_approve: bool = True
+
+
+@dataclass(frozen=True)
+class User:
+    """What the rules read of the person the run acts for."""
+
+    email: str = ""
+    username: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the rules say of one call: `action` is approve, reject or ask (a person decides);
+    `policy_id` / `policy_name` the rule that said it (none: no rule applies); `reason` why,
+    for people; `failed` when a rule could not be evaluated (so a person decides)."""
+
+    action: str
+    reason: str
+    policy_id: int | None = None
+    policy_name: str = ""
+    message: str = ""
+    failed: bool = False
+
+    @property
+    def decides(self) -> bool:
+        return self.action in (PolicyAction.APPROVE, PolicyAction.REJECT)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Verdict | None:
+        """The verdict stored on a request; None for a request paused before policies."""
+        if not isinstance(data, dict) or data.get("action") not in PolicyAction.values:
+            return None
+        return cls(
+            action=str(data["action"]),
+            reason=str(data.get("reason") or ""),
+            policy_id=data.get("policy_id") if isinstance(data.get("policy_id"), int) else None,
+            policy_name=str(data.get("policy_name") or ""),
+            message=str(data.get("message") or ""),
+            failed=bool(data.get("failed")),
+        )
+
+    def sentence(self) -> str:
+        """The verdict for a reviewer: "Policy “small refunds” approves: amount 15 is at most
+        20." """
+        if self.policy_name and self.failed:
+            return (
+                f"Policy “{self.policy_name}” could not be evaluated ({self.reason}), "
+                "so a person decides."
+            )
+        if not self.policy_name:
+            return f"{self.reason}." if self.reason else "No policy applies: a person decides."
+        verb = {
+            PolicyAction.APPROVE: "approves",
+            PolicyAction.REJECT: "rejects",
+            PolicyAction.ASK: "asks a person",
+        }[PolicyAction(self.action)]
+        return f"Policy “{self.policy_name}” {verb}: {self.reason}."
+
+
+NO_RULE = "No policy applies: a person decides"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An enabled policy as it was read, with its conditions."""
+
+    id: int
+    name: str
+    agent_name: str
+    tool_name: str
+    action: str
+    message: str
+    conditions: tuple[PolicyCondition, ...]
+
+    def scope(self) -> str:
+        tool = self.tool_name or "any tool"
+        return f"{tool} of {self.agent_name}" if self.agent_name else tool
+
+    def applies_to(self, call: Call) -> bool:
+        return (not self.agent_name or self.agent_name == call.agent_name) and (
+            not self.tool_name or self.tool_name == call.tool_name
+        )
+
+
+def load_rules() -> list[Rule]:
+    """The enabled rules, in order of precedence, each with its conditions: two queries."""
+    policies = ApprovalPolicy.objects.filter(enabled=True).prefetch_related("conditions")
+    return [
+        Rule(
+            id=policy.pk,
+            name=policy.name,
+            agent_name=policy.agent_name,
+            tool_name=policy.tool_name,
+            action=policy.action,
+            message=policy.message,
+            conditions=tuple(policy.conditions.all()),
+        )
+        for policy in policies.order_by("priority", "id")
+    ]
+
+
+def user_facts(user_id: int | None) -> User:
+    return users_facts([user_id]).get(user_id, User())
+
+
+def users_facts(user_ids: Sequence[int | None]) -> dict[int | None, User]:
+    """What the rules read of each of these users, in one query (none for no ids)."""
+    ids = {user_id for user_id in user_ids if user_id is not None}
+    if not ids:
+        return {}
+    model = get_user_model()
+    rows = model.objects.filter(pk__in=ids).values_list("pk", "email", model.USERNAME_FIELD)
+    return {pk: User(email=email or "", username=str(name)) for pk, email, name in rows}
+
+
+def verdicts(calls: Sequence[Call], user_id: int | None) -> list[Verdict]:
+    """The verdict on each call of a pause, in order. Never raises: when the rules or the
+    user cannot be read, every call waits for a person (logged)."""
+    try:
+        rules = load_rules()
+        user = user_facts(user_id)
+    except Exception as exc:
+        logger.exception("Approval policies could not be read; every call waits for a person")
+        failed = Verdict(
+            PolicyAction.ASK, f"the policies could not be read ({type(exc).__name__})", failed=True
+        )
+        return [failed for _ in calls]
+    return [evaluate(rules, call, user) for call in calls]
+
+
+def evaluate(rules: Sequence[Rule], call: Call, user: User) -> Verdict:
+    """The verdict of the first rule in `rules` that matches `call`, or of none."""
+    for rule in rules:
+        if not rule.applies_to(call):
+            continue
+        try:
+            reasons = [_holds(condition, call.arguments, user) for condition in rule.conditions]
+        except PolicyError as error:
+            return _failed(rule, str(error))
+        except Exception as exc:  # a rule must never open a call by failing
+            logger.exception("Approval policy %r failed on %s", rule.name, call.tool_name)
+            return _failed(rule, f"{type(exc).__name__}: {exc}")
+        if not all(holds for holds, _ in reasons):
+            continue
+        why = "; ".join(text for _, text in reasons) or f"every call of {rule.scope()}"
+        if rule.action == PolicyAction.APPROVE and not call.auto_approve:
+            return Verdict(
+                PolicyAction.ASK,
+                f"it would approve ({why}), but the tool's author requires a person",
+                rule.id,
+                rule.name,
+            )
+        return Verdict(rule.action, why, rule.id, rule.name, rule.message)
+    return Verdict(PolicyAction.ASK, NO_RULE)
+
+
+def _failed(rule: Rule, why: str) -> Verdict:
+    return Verdict(PolicyAction.ASK, why, rule.id, rule.name, failed=True)
+
+
+def _argument(arguments: Any, path: str) -> Any:
+    """The argument at `path` (a.b: field b of object argument a); None when the call does
+    not have it (an optional argument left out). Arguments that are not an object cannot be
+    read."""
+    if not isinstance(arguments, dict):
+        raise PolicyError("the call's arguments are not an object")
+    value: Any = arguments
+    for part in path.split("."):
+        if value is None:
+            return None  # an object argument left out: its fields are not given either
+        if not isinstance(value, dict):
+            raise PolicyError(f"{path} is not a field of an object")
+        value = value.get(part, None)
+    return value
+
+
+def _number(value: Any, what: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
+        raise PolicyError(f"{what} is not a number")
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise PolicyError(f"{what} is not a number") from None
+    if not number.is_finite():
+        raise PolicyError(f"{what} is not a finite number")
+    return number
+
+
+def _boolean(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise PolicyError(f"{value!r} is not true or false")
+    return lowered == "true"
+
+
+def _same(actual: Any, expected: str, what: str) -> bool:
+    """`actual == expected`, `expected` read as the type of `actual` (text ignores case)."""
+    if actual is None:
+        return expected.strip() == ""
+    if isinstance(actual, bool):
+        return actual == _boolean(expected)
+    if isinstance(actual, (int, float)):
+        return _number(actual, what) == _number(expected, f"{expected!r}")
+    if isinstance(actual, str):
+        return actual.strip().casefold() == expected.strip().casefold()
+    raise PolicyError(f"{what} is not a number, text or true/false")
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise PolicyError(f"{what} is not text")
+    return value.casefold()
+
+
+def _holds(condition: PolicyCondition, arguments: Any, user: User) -> tuple[bool, str]:
+    """Whether `condition` holds for the call, and what it compared, for people."""
+    name = condition.argument.strip()
+    if not name:
+        raise PolicyError("a condition names no argument")
+    actual = _argument(arguments, name)
+    source = condition.compare_to
+    if source == ConditionSource.USER_EMAIL:
+        expected, shown = user.email, f"the user's email address ({user.email or 'none'})"
+        if not expected:
+            raise PolicyError("the user has no email address")
+    elif source == ConditionSource.USER_NAME:
+        expected, shown = user.username, f"the user's username ({user.username})"
+    elif source == ConditionSource.VALUE:
+        expected, shown = condition.value, condition.value
+    else:
+        raise PolicyError(f"unknown comparison {source!r}")
+    op = condition.operator
+    what = f"{name} ({actual!r})" if actual is not None else f"{name} (not given)"
+    if op in (ConditionOperator.EQUALS, ConditionOperator.NOT_EQUALS):
+        same = _same(actual, expected, what)
+        holds = same if op == ConditionOperator.EQUALS else not same
+    elif op in (
+        ConditionOperator.LESS,
+        ConditionOperator.AT_MOST,
+        ConditionOperator.MORE,
+        ConditionOperator.AT_LEAST,
+    ):
+        left, right = _number(actual, what), _number(expected, repr(expected))
+        holds = {
+            ConditionOperator.LESS: left < right,
+            ConditionOperator.AT_MOST: left <= right,
+            ConditionOperator.MORE: left > right,
+            ConditionOperator.AT_LEAST: left >= right,
+        }[ConditionOperator(op)]
+    elif op in (ConditionOperator.ONE_OF, ConditionOperator.NOT_ONE_OF):
+        options = [part for part in expected.split(",") if part.strip()]
+        if not options:
+            raise PolicyError(f"the list for {name} is empty")
+        found = any(_same(actual, option, what) for option in options)
+        holds = found if op == ConditionOperator.ONE_OF else not found
+    elif op == ConditionOperator.CONTAINS:
+        holds = expected.casefold() in _text(actual, what)
+    elif op == ConditionOperator.STARTS_WITH:
+        holds = _text(actual, what).startswith(expected.casefold())
+    elif op == ConditionOperator.ENDS_WITH:
+        holds = _text(actual, what).endswith(expected.casefold())
+    else:
+        raise PolicyError(f"unknown operator {op!r}")
+    label = ConditionOperator(op).label.removesuffix(" (comma-separated)")
+    shown_actual = "not given" if actual is None else _shown(actual)
+    return holds, f"{name} {shown_actual} {label} {shown}"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def describe(rule: ApprovalPolicy) -> str:
+    """A rule in one line, for people: "approve automatically issue_refund when amount is at
+    most 20"."""
+    scope = rule.tool_name or "any tool"
+    if rule.agent_name:
+        scope = f"{scope} of {rule.agent_name}"
+    conditions = " and ".join(str(c) for c in rule.conditions.all())
+    action = PolicyAction(rule.action).label.lower()
+    return f"{action}: {scope}" + (f" when {conditions}" if conditions else "")
+
+
+def call_for(agent_name: str, tool_name: str, arguments: Any, run_agent: str | None) -> Call:
+    """The call the rules read, with whether its tool's author lets a rule approve it."""
+    tool = registry.find_tool(run_agent, agent_name, tool_name)
+    review = registry.declared_review(tool) if tool is not None else registry.Review()
+    return Call(agent_name, tool_name, arguments, review.auto_approve)
+
+
+@dataclass(frozen=True)
+class KnownTool:
+    agent_name: str
+    tool_name: str
+    description: str
+    arguments: tuple[str, ...]
+
+
+def known_tools() -> list[KnownTool]:
+    """Every tool of every agent reachable from the registered ones, for the rule forms'
+    suggestions: agent name, tool name, its description's first line, its arguments."""
+    found: dict[tuple[str, str], KnownTool] = {}
+    for start_name in registry.agent_names():
+        try:
+            start = registry.get_agent(start_name)
+        except Exception:
+            continue
+        for agent in registry.walk(start):
+            for tool in agent.tools:
+                name = getattr(tool, "name", None)
+                if not isinstance(name, str) or (agent.name, name) in found:
+                    continue
+                schema = getattr(tool, "params_json_schema", None) or {}
+                properties = schema.get("properties") if isinstance(schema, dict) else None
+                description = str(getattr(tool, "description", "") or "").strip()
+                found[agent.name, name] = KnownTool(
+                    agent.name,
+                    name,
+                    description.splitlines()[0] if description else "",
+                    tuple(properties) if isinstance(properties, dict) else (),
+                )
+    return list(found.values())
