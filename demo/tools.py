@@ -328,8 +328,13 @@ def lookup_order(ctx: ToolContext[Any], order_id: int) -> str:
     return for_the_asker(ctx, act)
 
 
-# No tool puts a cancelled order back.
-@review(risk="irreversible", facts=functools.partial(order_facts, action="cancel"))
+# No tool puts a cancelled order back, so a person decides each one: no approval policy may
+# approve a cancellation (one may still reject it).
+@review(
+    risk="irreversible",
+    facts=functools.partial(order_facts, action="cancel"),
+    auto_approve=False,
+)
 @function_tool(needs_approval=True)
 def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
     """Cancel an order that has not been delivered yet. Only the asker's own orders; a

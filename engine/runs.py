@@ -1015,10 +1015,12 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                 updated=now,
             )
             status = RunStatus.RESUMING if resuming else RunStatus.WAITING
-            run.status, run.pause_count = status, pause
+            # A copy: `run` stays as it was claimed, which a retry of this write compares.
+            paused = copy.copy(run)
+            paused.status = status
             for request, decision in decided:
                 # In this transaction, as a person's: the trace shows it when the audit does.
-                recording.record_decision(request, decision, request.status, run)
+                recording.record_decision(request, decision, request.status, paused)
             recording.follow_run(run, status)
             _follow_agent(run, result)
             if resuming:

@@ -410,3 +410,88 @@ def test_a_stored_verdict_reads_back_and_a_missing_one_is_none() -> None:
     )
     assert policies.Verdict.from_json({}) is None
     assert policies.Verdict.from_json({"action": "drop tables"}) is None
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("fresh_registry")
+def test_no_rule_approves_a_demo_cancellation_a_person_decides_each() -> None:
+    rule("approve everything", PolicyAction.APPROVE, tool="")
+    rules = policies.load_rules()
+    cancel = policies.call_for("Support desk", "cancel_order", {"order_id": 7}, None)
+    refund = policies.call_for("Support desk", "issue_refund", {"order_id": 7, "amount": 5}, None)
+    assert not cancel.auto_approve and refund.auto_approve
+    assert policies.evaluate(rules, cancel, ALICE).action == "ask"
+    assert policies.evaluate(rules, refund, ALICE).action == "approve"
+
+
+# --- the admin ----------------------------------------------------------------------------------
+
+
+def conditions_post(*rows: tuple[str, str, str, str]) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "conditions-TOTAL_FORMS": str(len(rows)),
+        "conditions-INITIAL_FORMS": "0",
+        "conditions-MIN_NUM_FORMS": "0",
+        "conditions-MAX_NUM_FORMS": "20",
+    }
+    for i, (argument, operator, compare_to, value) in enumerate(rows):
+        data |= {
+            f"conditions-{i}-argument": argument,
+            f"conditions-{i}-operator": operator,
+            f"conditions-{i}-compare_to": compare_to,
+            f"conditions-{i}-value": value,
+        }
+    return data
+
+
+@pytest.mark.django_db
+def test_staff_manage_rules_in_the_admin_with_conditions_checked(admin_client: Client) -> None:
+    add = reverse("admin:approvals_approvalpolicy_add")
+    rule_fields = {
+        "name": "approve refunds ≤ 20",
+        "enabled": "on",
+        "priority": "10",
+        "tool_name": " issue_refund ",
+        "agent_name": "",
+        "action": "approve",
+        "message": "",
+        "description": "",
+    }
+    # A comparison of numbers with a word cannot be evaluated: refused, nothing saved.
+    bad = admin_client.post(add, rule_fields | conditions_post(("amount", "<=", "value", "x")))
+    assert bad.status_code == 200 and not ApprovalPolicy.objects.exists()
+    assert "compares numbers: write a number" in bad.content.decode()
+    # A message on an approving rule means nothing: refused too.
+    bad = admin_client.post(add, rule_fields | {"message": "hi"} | conditions_post())
+    assert "Only a rejecting rule has a message" in bad.content.decode()
+
+    saved = admin_client.post(add, rule_fields | conditions_post(("amount", "<=", "value", "20")))
+    assert saved.status_code == 302
+    policy = ApprovalPolicy.objects.get()
+    assert policy.tool_name == "issue_refund" and policy.updated_by is not None
+    assert [str(c) for c in policy.conditions.all()] == ["amount <= 20"]
+    listing = admin_client.get(reverse("admin:approvals_approvalpolicy_changelist"))
+    assert "amount &lt;= 20" in listing.content.decode()
+    assert policies.describe(policy) == "approve automatically: issue_refund when amount <= 20"
+
+
+@pytest.mark.parametrize(
+    ("row", "error"),
+    [
+        (("amount", "<", "user.email", ""), "are text, not numbers"),
+        (("amount", "in", "value", " , "), "separated by commas"),
+        (("to", "ends with", "value", ""), "the text to look for"),
+        (("to; drop", "==", "value", "x"), "Name an argument as the tool"),
+    ],
+)
+@pytest.mark.django_db
+def test_a_condition_the_rules_could_not_evaluate_is_refused(
+    admin_client: Client, row: tuple[str, str, str, str], error: str
+) -> None:
+    response = admin_client.post(
+        reverse("admin:approvals_approvalpolicy_add"),
+        {"name": "r", "enabled": "on", "priority": "1", "action": "reject"}
+        | conditions_post(row),
+    )
+    assert response.status_code == 200 and error in response.content.decode()
+    assert not ApprovalPolicy.objects.exists()
