@@ -7,6 +7,11 @@ A cycle is one turn whose tool needs approval, approved, then resumed to its end
 - resume: from the decision to the tool executed and the reply stored (ours: `runs.adecide`,
   as an ASGI view calls it, then `runs.resume`; peer: `RunState.from_json`, `approve`,
   `Runner.run`).
+- approved by a policy: a whole turn whose call a rule approves, from the start to the
+  reply stored (ours: `runs.execute`, which pauses, records the policy's decision and claims
+  the run, then `runs.resume`; peer: one `Runner.run` of the same agent whose tool's
+  `needs_approval` says no, the SDK's own way to let a call run without a person). Ours
+  keeps what the peer does not: the saved state, the request, the audit row, the trace span.
 Each repeat runs its cycles in one conversation (ours) or `SQLiteSession` (peer), ours and
 the peer's repeats alternating.
 """
@@ -21,9 +26,16 @@ from agents import RunConfig, Runner, SQLiteSession
 from agents.run_state import RunState
 from channels.layers import get_channel_layer
 
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import (
+    AgentRun,
+    ApprovalPolicy,
+    ApprovalRequest,
+    ApprovalStatus,
+    PolicyAction,
+    RunStatus,
+)
 from bench import site, tracing_setup
-from bench.agents import APPROVAL_AGENT
+from bench.agents import APPROVAL_AGENT, UNREVIEWED_AGENT
 from bench.harness import Config, Row, Samples, arun, compared, median_of, ms, ratio
 from engine import events, runs
 
@@ -93,6 +105,51 @@ def sdk_cycles(count: int, path: Path) -> tuple[list[float], list[float]]:
     return arun(cycles())
 
 
+def site_policy_turns(count: int) -> list[float]:
+    conversation = site.conversation("bench_approval")
+    processors, _ = tracing_setup.site_processors()
+
+    async def turns() -> list[float]:
+        times = []
+        with site.served_here():
+            for _ in range(count):
+                run = await runs.astart_run(conversation, REQUEST)
+                started = time.perf_counter()
+                await runs.execute(run.pk)
+                await runs.resume(run.pk)
+                times.append(time.perf_counter() - started)
+                done = await AgentRun.objects.aget(pk=run.pk)
+                assert done.status == RunStatus.COMPLETED, (done.status, done.error)
+                request = await ApprovalRequest.objects.aget(run_id=run.pk)
+                assert request.status == ApprovalStatus.APPROVED and request.decided_by_id is None
+        return times
+
+    policy = ApprovalPolicy.objects.create(
+        name="bench: approve refunds", tool_name="refund_order", action=PolicyAction.APPROVE
+    )
+    try:
+        with site.jobs_recorded(), tracing_setup.processors(processors):
+            return arun(turns())
+    finally:
+        policy.delete()
+
+
+def sdk_unreviewed_turns(count: int, path: Path) -> list[float]:
+    session = SQLiteSession(site.sdk_session_id(), path)
+    config = RunConfig(tracing_disabled=True)
+
+    async def turns() -> list[float]:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            result = await Runner.run(UNREVIEWED_AGENT, REQUEST, session=session, run_config=config)
+            times.append(time.perf_counter() - started)
+            assert result.final_output == "Done.", result.final_output
+        return times
+
+    return arun(turns())
+
+
 def run(config: Config) -> list[Row]:
     repeats = config.pick(3, 10)
     count = config.pick(5, 20)
@@ -110,6 +167,22 @@ def run(config: Config) -> list[Row]:
             if repeat:
                 pause[name].repeats.append(pauses)
                 resume[name].repeats.append(resumes)
+    policy: dict[str, Samples] = {"ours": Samples(), "peer": Samples()}
+    turns = {
+        "ours": lambda: site_policy_turns(count),
+        "peer": lambda: sdk_unreviewed_turns(count, path),
+    }
+    for repeat in range(1 + repeats):
+        for name, contender in turns.items():
+            times = contender()
+            if repeat:
+                policy[name].repeats.append(times)
+    durable = Samples(
+        repeats=[
+            [a + b for a, b in zip(pauses, resumes, strict=True)]
+            for pauses, resumes in zip(pause["peer"].repeats, resume["peer"].repeats, strict=True)
+        ]
+    )
     return [
         _row(
             "pause: interruption → request committed, event published",
@@ -123,6 +196,20 @@ def run(config: Config) -> list[Row]:
             resume,
             "ours: runs.adecide + runs.resume (checks, RunState.from_json, approve, the tool, the "
             "reply, the run completed); peer: RunState.from_json + approve + Runner.run",
+        ),
+        _row(
+            "approved by a policy ÷ the SDK's saved-state approval",
+            {"ours": policy["ours"], "peer": durable},
+            "ours: as below; peer: the SDK's pause and resume above, added per cycle "
+            "(Runner.run to the interruption, to_json, from_json, approve, Runner.run): the same "
+            "durable path, with no rule, request, audit or trace",
+        ),
+        _row(
+            "approved by a policy: a whole turn, start → reply",
+            policy,
+            "ours: runs.execute (the pause, the rule's verdict and decision, the run claimed) + "
+            "runs.resume, the request never pending; peer: one Runner.run whose tool's "
+            "needs_approval says no (no state, request, audit or trace kept)",
         ),
     ]
 

@@ -495,3 +495,42 @@ def test_a_condition_the_rules_could_not_evaluate_is_refused(
     )
     assert response.status_code == 200 and error in response.content.decode()
     assert not ApprovalPolicy.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_the_inbox_shows_what_the_rules_said_and_what_they_would_say_now(
+    settings: Any, client: Client
+) -> None:
+    rule('<b>asks</b> "big"', PolicyAction.ASK, ("amount", ">", "50"))
+    run = paused(settings, {"account": "acme", "amount": 60})
+    request = run.approval_requests.get()
+    client.force_login(make_reviewer())
+    row = client.get(reverse("inbox")).content.decode()
+    assert "Policy “&lt;b&gt;asks&lt;/b&gt; &quot;big&quot;” asks a person: amount 60 is more than 50" in row
+    assert "<b>asks</b>" not in row and "data-policy-now" not in row
+
+    # A rule added since (first in precedence) would approve it: the inbox says so, and that
+    # the call still waits for a person.
+    rule("approve all wires", PolicyAction.APPROVE, priority=1)
+    page = client.get(reverse("inbox_request", args=[request.pk])).content.decode()
+    assert "Under the rules as they are now: Policy “approve all wires” approves" in page
+    assert "this call still waits for a person" in page
+    assert ApprovalRequest.objects.get(pk=request.pk).is_pending
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_the_request_page_of_a_call_a_rule_decided_names_the_rule(
+    settings: Any, client: Client
+) -> None:
+    small_refunds()
+    run = paused(settings, {"account": "acme", "amount": 15})
+    request = run.approval_requests.get()
+    client.force_login(make_reviewer())
+    page = client.get(reverse("inbox_request", args=[request.pk])).content.decode()
+    assert "by <strong data-policy-decided>policy approve refunds ≤ 20</strong>" in page
+    assert "amount 15 is at most 20" in page
+    # Deciding it again is refused with who decided.
+    with pytest.raises(runs.AlreadyDecided, match="Already approved by policy approve refunds"):
+        runs.decide(request, make_reviewer(username="rex"), False)
