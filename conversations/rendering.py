@@ -21,7 +21,10 @@ from markdown_it import MarkdownIt
 
 from approvals.models import (
     AgentRun,
+    ApprovalDecision,
     ApprovalRequest,
+    ApprovalStatus,
+    DecisionKind,
     RunStatus,
 )
 from common import formatting
@@ -335,11 +338,13 @@ def run_view(
         if not shown:
             return before, None
     entries = entries_for(turn)
-    if run.status == RunStatus.WAITING:
-        # The status line names the calls that wait; no note of them twice.
+    if run.status in (RunStatus.WAITING, RunStatus.RESUMING):
+        # The status lines name the calls that wait or were just decided (as they will run,
+        # a reviewer's edit included); no note of them twice.
         entries = [entry for entry in entries if not (entry.kind == "tool" and entry.pending)]
     view = RunView(run=run, user_text=run.input, entries=entries)
     if run.status in (RunStatus.WAITING, RunStatus.RESUMING):
+        edited = _edited_arguments(loaded.requests)
         for request in loaded.requests:
             if request.is_pending:
                 view.waiting_for.append(call_for(request))
@@ -347,7 +352,7 @@ def run_view(
             elif request.is_decided:
                 view.decided.append(
                     Decided(
-                        call=call_for(request),
+                        call=call_for(request, edited.get(request.pk)),
                         status=request.status,
                         by=request.decider_display(),
                     )
@@ -416,15 +421,30 @@ PLAIN_VALUE_CHARS = 40
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
 
 
-def call_for(request: ApprovalRequest) -> Call:
-    """The call of `request`: in plain words from its tool's description, and as the call."""
-    raw = request.call_display()
-    if not request.arguments_intact:
+def call_for(request: ApprovalRequest, edited: Any = None) -> Call:
+    """The call of `request`: in plain words from its tool's description, and as the call;
+    with `edited`, the arguments a reviewer changed it to (what runs)."""
+    if edited is None and not request.arguments_intact:
+        raw = request.call_display()
         return Call(plain=raw, raw=raw)
+    arguments = request.arguments if edited is None else edited
     description = registry.tool_description(
         request.run.agent_name, request.agent_name, request.tool_name
     )
-    return Call(plain=plain_call(description, request.tool_name, request.arguments), raw=raw)
+    return Call(
+        plain=plain_call(description, request.tool_name, arguments),
+        raw=session_items.format_call(request.tool_name, arguments),
+    )
+
+
+def _edited_arguments(requests: Sequence[ApprovalRequest]) -> dict[int, Any]:
+    """The arguments reviewers edited approved calls of `requests` to: one query, none when
+    none was approved."""
+    approved = [request.pk for request in requests if request.status == ApprovalStatus.APPROVED]
+    if not approved:
+        return {}
+    rows = ApprovalDecision.objects.filter(request_id__in=approved, kind=DecisionKind.EDITED)
+    return dict(rows.values_list("request_id", "edited_arguments"))
 
 
 def plain_call(description: str, tool_name: str, arguments: Any) -> str:

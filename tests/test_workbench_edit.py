@@ -115,6 +115,12 @@ def test_the_tool_runs_once_with_the_edited_arguments_and_everything_shows_them(
     # The saved state is untouched: it still verifies, and still holds the model's call.
     stored = AgentRun.objects.get(pk=run.pk)
     assert stored.state_signature == runs.sign_state(stored.state)
+    # While it resumes, the chat says what was approved: the call as it will run.
+    client.force_login(run.conversation.owner)
+    chat = text(client.get(reverse("chat", args=[run.conversation.session_id])))
+    assert "amount=50" in chat
+    assert "amount=80" not in chat
+    client.force_login(rita)
 
     asyncio.run(runs.resume(run.pk))
     done = AgentRun.objects.get(pk=run.pk)
