@@ -173,8 +173,8 @@ def run(config: Config) -> list[Row]:
         "peer": lambda: sdk_unreviewed_turns(count, path),
     }
     for repeat in range(1 + repeats):
-        for name, contender in turns.items():
-            times = contender()
+        for name, turn in turns.items():
+            times = turn()
             if repeat:
                 policy[name].repeats.append(times)
     durable = Samples(

@@ -106,6 +106,17 @@ class DjangoSession(SessionABC):
     async def clear_session(self) -> None:
         await _await_mutation(db_thread(self._clear_sync)())
 
+    async def rewrite_items(
+        self,
+        rewrite: Callable[[TResponseInputItem], TResponseInputItem | None],
+        lookback: int,
+    ) -> int:
+        """Change items in place, in one transaction: each of the newest `lookback` items is
+        given to `rewrite`, and those it returns a new item for are replaced by that item,
+        keeping their place (the session protocol has no update; this is agentsite's own).
+        Returns how many changed; a `rewrite` that raises changes none."""
+        return await _await_mutation(db_thread(self._rewrite_sync)(rewrite, lookback))
+
     async def _pop_item_with_validation(
         self, validate: Callable[[TResponseInputItem], None] | None = None
     ) -> TResponseInputItem | None:
@@ -174,6 +185,24 @@ class DjangoSession(SessionABC):
             # (the exception leaves the transaction).
             cursor.execute(pop, [self.session_id])
             return _validated(cursor.fetchone(), validate)
+
+    def _rewrite_sync(
+        self, rewrite: Callable[[TResponseInputItem], TResponseInputItem | None], lookback: int
+    ) -> int:
+        with transaction.atomic(), connection.cursor() as cursor:
+            now = connection.ops.adapt_datetimefield_value(timezone.now())
+            conversation_pk = self._lock_conversation(cursor, now, create=False)
+            if conversation_pk is None:
+                return 0
+            rows = SessionItem.objects.filter(conversation_id=conversation_pk).order_by("-id")
+            changed = [
+                (pk, new)
+                for pk, payload in rows.values_list("pk", "payload")[:lookback]
+                if (new := rewrite(payload)) is not None
+            ]
+            for pk, new in changed:
+                SessionItem.objects.filter(pk=pk).update(payload=new)
+            return len(changed)
 
     def _clear_sync(self) -> None:
         with transaction.atomic(), connection.cursor() as cursor:
@@ -331,6 +360,30 @@ class AuditedEncryptedSession(EncryptedSession):
             item = self._unwrap(envelope)
             if item is not None:
                 return item
+
+
+async def rewrite_items(
+    session: SessionABC,
+    rewrite: Callable[[TResponseInputItem], TResponseInputItem | None],
+    lookback: int,
+) -> int:
+    """`DjangoSession.rewrite_items` through the session `open_session` gave: an encrypted
+    one gives `rewrite` each item decrypted (an unreadable one is left as it is) and stores
+    what it returns encrypted."""
+    if isinstance(session, DjangoSession):
+        return await session.rewrite_items(rewrite, lookback)
+    if isinstance(session, AuditedEncryptedSession) and isinstance(
+        session.underlying_session, DjangoSession
+    ):
+        encrypted = session
+
+        def through_the_cipher(envelope: TResponseInputItem) -> TResponseInputItem | None:
+            plain = EncryptedSession._unwrap(encrypted, envelope)  # quietly: not counted here
+            new = rewrite(plain) if plain is not None else None
+            return cast("TResponseInputItem", encrypted._wrap(new)) if new is not None else None
+
+        return await session.underlying_session.rewrite_items(through_the_cipher, lookback)
+    raise TypeError(f"{type(session).__name__} cannot rewrite items in place")
 
 
 def open_session(

@@ -77,7 +77,7 @@ from approvals.models import (
 from common import formatting
 from conversations.items import is_user_message, message_text, parse_arguments
 from conversations.models import Conversation
-from conversations.session import open_session
+from conversations.session import open_session, rewrite_items
 from engine import context as run_context
 from engine import (
     events,
@@ -1566,10 +1566,11 @@ def _refingerprint(
 
 async def _edit_session_calls(run: AgentRun, edits: dict[str, str]) -> None:
     """Give the conversation's session the calls as they run: the SDK stored the model's at
-    the pause. The session protocol has no update, so the turn's items from the first edited
-    call on are taken out and put back, the edited calls rewritten (through the session, so
-    an encrypted one stays so). Before the run goes on, by the one resume that claimed the
-    state; should it fail, the run still runs the edited call (logged)."""
+    the pause. Each edited call's item is rewritten in place, all in one transaction
+    (`session.rewrite_items`; through the cipher when the session is encrypted), so the
+    history never lacks an item however the process ends. Before the run goes on, by the
+    one resume that claimed the state; should it fail, the run still runs the edited call
+    (logged)."""
     conversation = run.conversation
     session = open_session(
         conversation.session_id,
@@ -1577,27 +1578,25 @@ async def _edit_session_calls(run: AgentRun, edits: dict[str, str]) -> None:
         agent_name=run.agent_name,
         conversation_pk=conversation.pk,
     )
+
+    turn_started = False  # items come newest first: older turns' calls stay as they ran
+
+    def edited(item: Any) -> Any:
+        nonlocal turn_started
+        turn_started = turn_started or is_user_message(item)
+        if (
+            not turn_started
+            and isinstance(item, dict)
+            and item.get("type") == "function_call"
+            and item.get("call_id") in edits
+            and item.get("arguments") != edits[str(item["call_id"])]
+        ):
+            return {**item, "arguments": edits[str(item["call_id"])]}
+        return None
+
     try:
-        items = await session.get_items(STOP_LOOKBACK_ITEMS)
-        start = max((i for i, item in enumerate(items) if is_user_message(item)), default=-1)
-        first = next(
-            (
-                i
-                for i in range(start + 1, len(items))
-                if items[i].get("type") == "function_call" and items[i].get("call_id") in edits
-            ),
-            None,
-        )
-        if first is None:
+        if not await rewrite_items(session, edited, STOP_LOOKBACK_ITEMS):
             logger.warning("Run %s: its session does not hold the edited call(s).", run.pk)
-            return
-        tail = [dict(item) for item in items[first:]]
-        for item in tail:
-            if item.get("type") == "function_call" and item.get("call_id") in edits:
-                item["arguments"] = edits[str(item["call_id"])]
-        for _ in tail:
-            await session.pop_item()
-        await session.add_items(cast("list[Any]", tail))
     except Exception:
         logger.exception("Run %s: the session was not given the edited call(s)", run.pk)
 

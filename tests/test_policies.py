@@ -490,8 +490,7 @@ def test_a_condition_the_rules_could_not_evaluate_is_refused(
 ) -> None:
     response = admin_client.post(
         reverse("admin:approvals_approvalpolicy_add"),
-        {"name": "r", "enabled": "on", "priority": "1", "action": "reject"}
-        | conditions_post(row),
+        {"name": "r", "enabled": "on", "priority": "1", "action": "reject"} | conditions_post(row),
     )
     assert response.status_code == 200 and error in response.content.decode()
     assert not ApprovalPolicy.objects.exists()
@@ -507,7 +506,10 @@ def test_the_inbox_shows_what_the_rules_said_and_what_they_would_say_now(
     request = run.approval_requests.get()
     client.force_login(make_reviewer())
     row = client.get(reverse("inbox")).content.decode()
-    assert "Policy “&lt;b&gt;asks&lt;/b&gt; &quot;big&quot;” asks a person: amount 60 is more than 50" in row
+    said = (
+        "Policy “&lt;b&gt;asks&lt;/b&gt; &quot;big&quot;” asks a person: amount 60 is more than 50"
+    )
+    assert said in row
     assert "<b>asks</b>" not in row and "data-policy-now" not in row
 
     # A rule added since (first in precedence) would approve it: the inbox says so, and that

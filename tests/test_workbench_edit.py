@@ -26,6 +26,7 @@ from approvals.models import (
     RunStatus,
     arguments_hash,
 )
+from conversations.models import SessionItem
 from conversations.session import DjangoSession
 from engine import registry, runs
 from tests import scripted
@@ -378,3 +379,47 @@ def test_the_form_gives_the_edited_arguments_and_checks_them_against_the_schema(
     assert "tags.0: 1 is not of type 'string'" in wrong.non_field_errors()
     outside = ArgumentsForm(ship_sheet(), SHIPPED, data={**data, "arg-method": '"drone"'})
     assert not outside.is_valid() and "method" in outside.errors
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_the_session_gets_the_edited_call_in_place_in_one_transaction(
+    client: Client, settings: Any, encrypted: bool
+) -> None:
+    if encrypted:
+        from cryptography.fernet import Fernet
+
+        settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
+    run, request, _ = paused(settings)
+    session_id = run.conversation.session_id
+    before = list(
+        SessionItem.objects.filter(conversation=run.conversation).values_list("pk", flat=True)
+    )
+    client.force_login(make_reviewer())
+    assert post_edit(client, request, account="acme", amount="50").status_code == 302
+
+    # A rewrite that fails half way changes nothing: all of it is one transaction.
+    from conversations.session import open_session, rewrite_items
+
+    def fails_late(item: Any) -> Any:
+        if item.get("role") == "user":
+            raise RuntimeError("the process ends here")
+        return {**item, "arguments": "{}"} if item.get("type") == "function_call" else None
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(rewrite_items(open_session(session_id), fails_late, 50))
+    assert calls(asyncio.run(open_session(session_id).get_items())) == [ASKED]
+
+    asyncio.run(runs.resume(run.pk))
+    assert AgentRun.objects.get(pk=run.pk).status == RunStatus.COMPLETED
+    history = asyncio.run(open_session(session_id).get_items())
+    assert calls(history) == [EDITED]
+    # The same rows, in the same order, the call's row rewritten where it was; new rows after.
+    after = list(
+        SessionItem.objects.filter(conversation=run.conversation).values_list("pk", flat=True)
+    )
+    assert after[: len(before)] == before
+    if encrypted:
+        stored = SessionItem.objects.filter(conversation=run.conversation).values_list(
+            "payload", flat=True
+        )
+        assert all("acme" not in json.dumps(payload) for payload in stored)
