@@ -12,6 +12,7 @@ Registered by `bench/__main__.py` as `AGENTSITE_AGENTS`:
 from __future__ import annotations
 
 import asyncio
+import copy
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -171,3 +172,17 @@ REGISTRY = {
     "bench_approval": "bench.agents.APPROVAL_AGENT",
     "bench_slow": "bench.agents.SLOW_AGENT",
 }
+
+
+def sdk_copy(agent: Agent[Any]) -> Agent[Any]:
+    """`agent` with its own copy of each tool, for the bare SDK's side of a comparison: the
+    site gives the function tools of the agents it runs an approval-policy gate
+    (`engine.policies.guard`), which the SDK alone has not. Made at import, before any
+    gate."""
+    return agent.clone(tools=[copy.copy(tool) for tool in agent.tools])
+
+
+SDK_TOOL_AGENT = sdk_copy(TOOL_AGENT)
+SDK_APPROVAL_AGENT = sdk_copy(APPROVAL_AGENT)
+SDK_SLOW_AGENT = sdk_copy(SLOW_AGENT)
+SDK_HTTP_AGENT = sdk_copy(HTTP_AGENT)

@@ -35,7 +35,7 @@ from approvals.models import (
     RunStatus,
 )
 from bench import site, tracing_setup
-from bench.agents import APPROVAL_AGENT, UNREVIEWED_AGENT
+from bench.agents import SDK_APPROVAL_AGENT, UNREVIEWED_AGENT
 from bench.harness import Config, Row, Samples, arun, compared, median_of, ms, ratio
 from engine import events, runs
 
@@ -88,16 +88,18 @@ def sdk_cycles(count: int, path: Path) -> tuple[list[float], list[float]]:
         pauses, resumes = [], []
         for _ in range(count):
             started = time.perf_counter()
-            result = await Runner.run(APPROVAL_AGENT, REQUEST, session=session, run_config=config)
+            result = await Runner.run(
+                SDK_APPROVAL_AGENT, REQUEST, session=session, run_config=config
+            )
             saved = result.to_state().to_json()
             pauses.append(time.perf_counter() - started)
             assert result.interruptions
 
             started = time.perf_counter()
-            state = await RunState.from_json(APPROVAL_AGENT, saved)
+            state = await RunState.from_json(SDK_APPROVAL_AGENT, saved)
             for item in state.get_interruptions():
                 state.approve(item)
-            result = await Runner.run(APPROVAL_AGENT, state, session=session, run_config=config)
+            result = await Runner.run(SDK_APPROVAL_AGENT, state, session=session, run_config=config)
             resumes.append(time.perf_counter() - started)
             assert result.final_output == "Done.", result.final_output
         return pauses, resumes

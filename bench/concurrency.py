@@ -26,7 +26,7 @@ from agents import RunConfig, Runner, SQLiteSession
 from agentsite.db.sqlite import base as sqlite_backend
 from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
-from bench.agents import MODEL_CALLS_PER_TURN, SLOW_AGENT, SLOW_LATENCY
+from bench.agents import MODEL_CALLS_PER_TURN, SDK_SLOW_AGENT, SLOW_LATENCY
 from bench.harness import Config, Goal, Row, Samples, arun, compared, interleave, ratio
 from engine import executor, runs
 
@@ -100,7 +100,7 @@ def sdk_wall(count: int, path: Path, observed: Observed) -> list[float]:
     async def all_runs() -> float:
         started = time.perf_counter()
         results = await asyncio.gather(
-            *(Runner.run(SLOW_AGENT, QUESTION, session=s, run_config=config) for s in sessions)
+            *(Runner.run(SDK_SLOW_AGENT, QUESTION, session=s, run_config=config) for s in sessions)
         )
         wall = time.perf_counter() - started
         assert all(r.final_output == "Done." for r in results)

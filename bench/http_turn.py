@@ -23,7 +23,7 @@ from django.test import override_settings
 
 from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
-from bench.agents import HTTP_AGENT
+from bench.agents import SDK_HTTP_AGENT
 from bench.harness import Config, Goal, Row, arun, interleave, mean_and_median
 from engine import providers, runs
 from tests.provider import LocalProvider, text, tool_call
@@ -94,7 +94,9 @@ def sdk_turns(provider: LocalProvider, count: int, path: Path) -> list[float]:
         times = []
         for _ in range(count):
             started = time.perf_counter()
-            result = Runner.run_streamed(HTTP_AGENT, QUESTION, session=session, run_config=config)
+            result = Runner.run_streamed(
+                SDK_HTTP_AGENT, QUESTION, session=session, run_config=config
+            )
             async for _event in result.stream_events():
                 pass
             times.append(time.perf_counter() - started)

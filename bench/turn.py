@@ -18,7 +18,7 @@ from agents.tracing.processor_interface import TracingProcessor
 
 from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
-from bench.agents import TOOL_AGENT
+from bench.agents import SDK_TOOL_AGENT
 from bench.harness import Config, Goal, Row, arun, interleave, mean_and_median
 from engine import runs
 
@@ -68,7 +68,7 @@ def sdk_turns(
         times = []
         for _ in range(count):
             started = clock()
-            result = await Runner.run(TOOL_AGENT, QUESTION, session=session, run_config=config)
+            result = await Runner.run(SDK_TOOL_AGENT, QUESTION, session=session, run_config=config)
             times.append(clock() - started)
             assert result.final_output == "Done.", result.final_output
         return times

@@ -44,6 +44,9 @@ class RunContext:
     run_id: int
     # The user, once loaded: process-local, left out of `serialize`, equality and repr.
     _user: Any = field(default=None, init=False, repr=False, compare=False)
+    # Calls of tools that need no approval of their own that an approval policy sent to the
+    # pause (call id -> its verdict, `engine.policies.Gate`): process-local, like `_user`.
+    gated: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def for_run(cls, run: AgentRun) -> RunContext:

@@ -5,6 +5,16 @@ When a run pauses, `verdicts` reads the enabled rules once, in order of preceden
 matches it: approve, reject, or ask a person (which ends the search: the rules below it do
 not apply). A call no rule matches waits for a person, as before there were rules.
 
+A call of a tool that needs no approval of its own (its `needs_approval` is False, or its
+callable said no) is still stopped by a rule that asks for a person or rejects it: before
+each run, every function tool of its agents that such a rule is about gets a gate (`guard`)
+that asks the tool's own setting first and then the rules (as the process read them at most
+`RULES_CACHE_SECONDS` ago; at once after a change in the same process). When the first
+rule that matches says ask or reject, the call pauses, and the pause takes that verdict
+(`gated_verdict`). A gate cannot tell which of several agents sharing one tool object made
+the call: a rule naming an agent counts for all the agents that hold the tool (so it may ask
+a person once too often, never once too few).
+
 It fails closed. A rule that cannot be evaluated for a call (a condition comparing a number
 with a word, text with "at most", an argument the call does not have with "starts with"; or
 any error) stops the search there: the call waits for a person, and the request says which
@@ -19,14 +29,19 @@ recorded as a decision by "policy <name>" in the same audit and trace as a perso
 
 from __future__ import annotations
 
+import inspect
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from agents import Agent, FunctionTool
 from django.contrib.auth import get_user_model
+from django.db.models.signals import post_delete, post_save
 
+from agentsite.db.hops import db_hop
 from approvals.models import (
     ApprovalPolicy,
     ConditionOperator,
@@ -34,6 +49,7 @@ from approvals.models import (
     PolicyAction,
     PolicyCondition,
 )
+from engine import context as run_context
 from engine import registry
 
 logger = logging.getLogger(__name__)
@@ -379,3 +395,162 @@ def known_tools() -> list[KnownTool]:
                     tuple(properties) if isinstance(properties, dict) else (),
                 )
     return list(found.values())
+
+
+# --- the gate: rules over tools that need no approval of their own ------------------------------
+
+# How long a process keeps the rules it read for its gates; a change in this process clears
+# them at once (the signals below), one in another process is seen within this.
+RULES_CACHE_SECONDS = 5.0
+_cached: tuple[float, list[Rule]] | None = None
+
+
+def cached_rules_sync() -> list[Rule]:
+    global _cached
+    cached = _cached
+    if cached is not None and time.monotonic() - cached[0] < RULES_CACHE_SECONDS:
+        return cached[1]
+    rules = load_rules()
+    _cached = (time.monotonic(), rules)
+    return rules
+
+
+def forget_rules(*_: Any, **__: Any) -> None:
+    global _cached
+    _cached = None
+
+
+for _model in (ApprovalPolicy, PolicyCondition):
+    post_save.connect(forget_rules, sender=_model, dispatch_uid=f"policies-{_model.__name__}-save")
+    post_delete.connect(
+        forget_rules, sender=_model, dispatch_uid=f"policies-{_model.__name__}-delete"
+    )
+
+
+class Gate:
+    """A function tool's `needs_approval` that asks the tool's own setting, then the rules:
+    True (pause) when the tool wants a person, or when the first rule that matches the call
+    asks for one or rejects it, or when the rules cannot be evaluated."""
+
+    def __init__(self, tool_name: str, own: Any, agents: set[str]) -> None:
+        self.tool_name = tool_name
+        setattr(self, registry.OWN_APPROVAL_SETTING, own)
+        self.agents = agents
+
+    @property
+    def own(self) -> Any:
+        return getattr(self, registry.OWN_APPROVAL_SETTING)
+
+    async def __call__(self, ctx: Any, params: dict[str, Any], call_id: str) -> bool:
+        own = self.own
+        if callable(own):
+            answer = own(ctx, params, call_id)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if answer:
+                return True
+        elif own:
+            return True
+        context = getattr(ctx, "context", None)
+        if not isinstance(context, run_context.RunContext):
+            return False  # not one of agentsite's runs: the tool's own setting alone
+        verdict = await self._judge(ctx, params)
+        if verdict is None:
+            return False
+        context.gated[call_id] = verdict
+        return True
+
+    async def _judge(self, ctx: Any, params: dict[str, Any]) -> Verdict | None:
+        """The verdict that stops the call, or None when it may run without a person."""
+        try:
+            cached = _cached
+            fresh = cached is not None and time.monotonic() - cached[0] < RULES_CACHE_SECONDS
+            rules = cached[1] if fresh and cached else await db_hop(cached_rules_sync)()
+            candidates = [
+                rule
+                for rule in rules
+                if (not rule.tool_name or rule.tool_name == self.tool_name)
+                and (not rule.agent_name or rule.agent_name in self.agents)
+            ]
+            if not candidates:
+                return None
+            user = User()
+            if any(c.compare_to != ConditionSource.VALUE for r in candidates for c in r.conditions):
+                found = await run_context.requesting_user(ctx)
+                user = User(email=found.email or "", username=found.get_username())
+            agent = next(iter(self.agents)) if len(self.agents) == 1 else ""
+            # Each rule applies to this call: its agent test was done above, for every holder.
+            call = Call(agent, self.tool_name, params)
+            verdict = evaluate([_any_agent(rule) for rule in candidates], call, user)
+        except Exception as exc:
+            logger.exception("Approval policies: the gate of %s failed; it pauses", self.tool_name)
+            return Verdict(
+                PolicyAction.ASK,
+                f"the policies could not be evaluated ({type(exc).__name__})",
+                failed=True,
+            )
+        if verdict.action == PolicyAction.APPROVE or (
+            not verdict.policy_name and not verdict.failed
+        ):
+            return None
+        return verdict
+
+
+def _any_agent(rule: Rule) -> Rule:
+    return Rule(rule.id, rule.name, "", rule.tool_name, rule.action, rule.message, rule.conditions)
+
+
+async def aguard(agent: Agent[Any]) -> None:
+    """`guard` with the rules as this process has them (read at most every
+    `RULES_CACHE_SECONDS`); when they cannot be read, every tool gets its gate (which tries
+    again, and pauses the call if it still cannot)."""
+    try:
+        cached = _cached
+        fresh = cached is not None and time.monotonic() - cached[0] < RULES_CACHE_SECONDS
+        rules = cached[1] if fresh and cached else await db_hop(cached_rules_sync)()
+    except Exception:
+        logger.exception("Approval policies could not be read; every tool call of the run waits")
+        guard(agent, None)
+        return
+    guard(agent, rules)
+
+
+def guard(agent: Agent[Any], rules: Sequence[Rule] | None) -> None:
+    """Give each function tool reachable from `agent` whose own `needs_approval` is not True
+    a `Gate` while a rule that asks or rejects could match its calls (every tool when
+    `rules` is None: they could not be read), and take it away when none could: a gate is
+    a callable, and the SDK treats a callable's calls more strictly than a tool that needs
+    no approval (arguments it had to coerce wait for a person), so only tools a rule is
+    about get one."""
+    holders: dict[int, tuple[FunctionTool, set[str]]] = {}
+    for reachable in registry.walk(agent):
+        for tool in reachable.tools:
+            if isinstance(tool, FunctionTool):
+                holders.setdefault(id(tool), (tool, set()))[1].add(reachable.name)
+    stopping = [
+        rule for rule in rules or () if rule.action in (PolicyAction.ASK, PolicyAction.REJECT)
+    ]
+    for tool, agents in holders.values():
+        current = tool.needs_approval
+        gate = current if isinstance(current, Gate) else None
+        own = gate.own if gate is not None else current
+        if own is True:
+            continue
+        wanted = rules is None or any(
+            (not rule.tool_name or rule.tool_name == tool.name)
+            and (not rule.agent_name or rule.agent_name in agents)
+            for rule in stopping
+        )
+        if wanted and gate is None:
+            tool.needs_approval = Gate(tool.name, own, set(agents))
+        elif wanted and gate is not None:
+            gate.agents |= agents
+        elif not wanted and gate is not None:
+            tool.needs_approval = own
+
+
+def gated_verdict(context: Any, call_id: str) -> Verdict | None:
+    """The verdict a gate paused this call with (then the tool itself needs no approval)."""
+    gated = getattr(context, "gated", None)
+    verdict = gated.pop(call_id, None) if isinstance(gated, dict) else None
+    return verdict if isinstance(verdict, Verdict) else None

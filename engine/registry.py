@@ -578,7 +578,13 @@ def fingerprint(agent: Agent[Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# On a `needs_approval` that wraps the tool's own (`engine.policies.Gate`): that own setting,
+# which is what the fingerprint takes, so a saved run still matches its agent.
+OWN_APPROVAL_SETTING = "own_needs_approval"
+
+
 def _approval_setting(value: Any) -> Any:
+    value = getattr(value, OWN_APPROVAL_SETTING, value)
     if isinstance(value, bool):
         return value
     return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"

@@ -367,6 +367,8 @@ async def _drive(
     )
     result: RunResultStreaming | None = None
     stopper: _Stopper | None = None
+    # Rules that ask for a person or reject stop calls of tools that need no approval too.
+    await policies.aguard(agent)
     try:
         result = Runner.run_streamed(
             agent,
@@ -936,6 +938,7 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
     run.trace_id = _trace_id(result) or run.trace_id
     interruptions = list(result.interruptions)
     # The approval policies, read once for the pause; a deciding verdict is a decision below.
+    # A call that paused only because a rule's gate stopped it keeps that rule's verdict.
     verdicts = policies.verdicts(
         [
             policies.call_for(
@@ -948,6 +951,11 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
         ],
         run.requested_by_id,
     )
+    context = result.context_wrapper.context
+    verdicts = [
+        policies.gated_verdict(context, item.call_id or "") or verdict
+        for item, verdict in zip(interruptions, verdicts, strict=True)
+    ]
     now = timezone.now()
     expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
     outcome = _Outcome()

@@ -128,6 +128,17 @@ def traces(settings: Any) -> Iterator[Traces]:
 
 
 @pytest.fixture(autouse=True)
+def no_cached_rules() -> Iterator[None]:
+    """The approval rules a process caches for its gates (`engine.policies`) are a test's own:
+    a test's rules go with its database, whose rollback sends no signal that clears them."""
+    from engine import policies
+
+    policies.forget_rules()
+    yield
+    policies.forget_rules()
+
+
+@pytest.fixture(autouse=True)
 def plain_static_storage(settings: Any) -> None:
     """Pages render without `collectstatic` having built a manifest."""
     settings.STORAGES = {

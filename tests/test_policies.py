@@ -536,3 +536,141 @@ def test_the_request_page_of_a_call_a_rule_decided_names_the_rule(
     # Deciding it again is refused with who decided.
     with pytest.raises(runs.AlreadyDecided, match="Already approved by policy approve refunds"):
         runs.decide(request, make_reviewer(username="rex"), False)
+
+
+# --- the gate: rules over tools that need no approval of their own ------------------------------
+
+
+@function_tool
+def look_up(account: str) -> str:
+    """Look an account up (needs no approval of its own)."""
+    scripted.EXECUTED.append(("look_up", account))
+    return f"{account}: fine"
+
+
+async def only_big(ctx: Any, params: dict[str, Any], call_id: str) -> bool:
+    return bool(params.get("amount", 0) > 1000)
+
+
+@function_tool(needs_approval=only_big)
+def pay(account: str, amount: int) -> str:
+    """Pay an account (its own rule: a person looks at amounts above 1000)."""
+    scripted.EXECUTED.append(("pay", (account, amount)))
+    return "paid"
+
+
+def looked_up(settings: Any, tool: Any, arguments: dict[str, Any]) -> AgentRun:
+    model = ScriptedModel(
+        [
+            [function_call(tool.name, arguments, call_id="call_g")],
+            [assistant_message(REPLY, item_id="msg_g")],
+        ]
+    )
+    name = scripted.install(settings, Agent(name="Desk", model=model, tools=[tool]))
+    owner = make_user(username="alice", email="alice@example.com")
+    conversation = make_conversation(owner=owner, agent_name=name)
+    run = runs.start_run(conversation, "go", owner)
+    asyncio.run(runs.execute(run.pk))
+    return AgentRun.objects.get(pk=run.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_an_ask_rule_stops_a_tool_that_needs_no_approval_of_its_own(settings: Any) -> None:
+    # No rule: the tool runs at once, as its author wants.
+    run = looked_up(settings, look_up, {"account": "acme"})
+    assert run.status == RunStatus.COMPLETED and not run.approval_requests.exists()
+    assert scripted.EXECUTED == [("look_up", "acme")]
+
+    # A rule added now (in this process: at once) sends the next call to a person.
+    rule("ask before look-ups of acme", PolicyAction.ASK, ("account", "==", "acme"), tool="look_up")
+    run = looked_up(settings, look_up, {"account": "acme"})
+    request = run.approval_requests.get()
+    assert run.status == RunStatus.WAITING and request.is_pending
+    assert request.verdict["policy_name"] == "ask before look-ups of acme"
+    assert scripted.EXECUTED == [("look_up", "acme")]  # not again
+    runs.decide(request, make_reviewer(), True)
+    asyncio.run(runs.resume(run.pk))
+    assert AgentRun.objects.get(pk=run.pk).status == RunStatus.COMPLETED
+    assert scripted.EXECUTED == [("look_up", "acme")] * 2
+
+    # Another account: the rule does not match, the tool runs without a person.
+    run = looked_up(settings, look_up, {"account": "zeta"})
+    assert run.status == RunStatus.COMPLETED and not run.approval_requests.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_a_reject_rule_stops_a_tool_that_needs_no_approval_and_decides_it(settings: Any) -> None:
+    rule("never look up", PolicyAction.REJECT, tool="look_up", message="Not allowed here.")
+    run = looked_up(settings, look_up, {"account": "acme"})
+    request = run.approval_requests.get()
+    assert request.status == ApprovalStatus.REJECTED and run.status == RunStatus.RESUMING
+    assert request.decisions.get().policy_name == "never look up"
+    asyncio.run(runs.resume(run.pk))
+    assert scripted.EXECUTED == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_the_gate_asks_the_tools_own_callable_first_then_the_rules(settings: Any) -> None:
+    outside = rule("ask outside", PolicyAction.ASK, tool="pay")
+    PolicyCondition.objects.create(
+        policy=outside, argument="account", operator="!=", compare_to="user.username"
+    )
+    # Her own account, small: neither the tool nor a rule wants a person.
+    run = looked_up(settings, pay, {"account": "alice", "amount": 5})
+    assert run.status == RunStatus.COMPLETED and not run.approval_requests.exists()
+    # Someone else's: the rule asks.
+    run = looked_up(settings, pay, {"account": "mallory", "amount": 5})
+    assert run.approval_requests.get().verdict["policy_name"] == "ask outside"
+    # Big: the tool's own callable asks, and the pause's rules say what they say of it.
+    run = looked_up(settings, pay, {"account": "alice", "amount": 5000})
+    assert run.approval_requests.get().verdict["action"] == "ask"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_a_gate_that_cannot_read_the_rules_pauses_the_call(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down() -> Any:
+        raise ConnectionError("database gone")
+
+    policies.forget_rules()
+    monkeypatch.setattr(policies, "cached_rules_sync", down)
+    monkeypatch.setattr(policies, "load_rules", down)
+    run = looked_up(settings, look_up, {"account": "acme"})
+    request = run.approval_requests.get()
+    assert request.is_pending and request.verdict["failed"] is True
+    assert scripted.EXECUTED == []
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("fresh_registry")
+def test_the_gate_keeps_the_fingerprint_and_leaves_other_runs_alone(settings: Any) -> None:
+    from agents import Runner
+
+    model = ScriptedModel(
+        [[function_call("look_up", {"account": "acme"}, call_id="c1")], [assistant_message(REPLY)]]
+    )
+    agent = Agent(name="Desk", model=model, tools=[look_up])
+    before = registry.fingerprint(agent)
+    policies.guard(agent, policies.load_rules())
+    assert look_up.needs_approval is False  # no rule is about it: no gate
+    rule("approve look-ups", PolicyAction.APPROVE, tool="look_up")
+    policies.guard(agent, policies.load_rules())
+    assert look_up.needs_approval is False  # an approving rule stops nothing
+    rule("ask every look-up", PolicyAction.ASK, tool="look_up")
+    policies.guard(agent, policies.load_rules())
+    policies.guard(agent, policies.load_rules())  # once
+    assert isinstance(look_up.needs_approval, policies.Gate)
+    assert look_up.needs_approval.own is False
+    assert registry.fingerprint(agent) == before
+    # A run that is not agentsite's (no RunContext): the tool's own setting alone.
+    result = asyncio.run(Runner.run(agent, "go"))
+    assert result.final_output == REPLY and not result.interruptions
+    # The rules gone, the gate goes too.
+    ApprovalPolicy.objects.all().delete()
+    policies.guard(agent, policies.load_rules())
+    assert look_up.needs_approval is False
