@@ -83,7 +83,7 @@ def condition_words(condition: PolicyCondition) -> str:
     address"."""
     operator = ConditionOperator(condition.operator).label.removesuffix(" (comma-separated)")
     if condition.compare_to == ConditionSource.VALUE:
-        compared = condition.value or "nothing"
+        compared = condition.value or "empty"
     else:
         compared = condition.get_compare_to_display()
     return f"{condition.argument} {operator} {compared}"

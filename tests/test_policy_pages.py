@@ -237,7 +237,7 @@ def test_the_list_shows_the_rules_in_precedence_order_in_words(client: Client, r
     first_row = html.split(f'id="policy-{first.pk}"')[1].split("</li>")[0]
     assert "Reject automatically" in first_row
     assert "Support desk" in first_row and ">any<" in first_row  # any tool
-    assert "to does not equal nothing" in first_row and "amount is more than 100" in first_row
+    assert "to does not equal empty" in first_row and "amount is more than 100" in first_row
     assert "Wiring money is not allowed." in first_row
     later_row = html.split(f'id="policy-{later.pk}"')[1].split("</li>")[0]
     assert "amount is at most 20" in later_row and "issue_refund" in later_row
