@@ -8,7 +8,7 @@ from typing import Any
 from django.http import HttpRequest
 
 from engine import providers
-from engine.permissions import can_view_traces, is_reviewer
+from engine.permissions import can_manage_policies, can_view_traces, is_reviewer
 
 
 class Lazy:
@@ -45,4 +45,5 @@ def agentsite(request: HttpRequest) -> dict[str, Any]:
         "offline_demo_model": info.offline,
         "is_reviewer": Lazy(is_reviewer, user),
         "can_view_traces": Lazy(can_view_traces, user),
+        "can_manage_policies": Lazy(can_manage_policies, user),
     }

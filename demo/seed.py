@@ -10,6 +10,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
+from approvals.models import ApprovalPolicy, ConditionOperator, PolicyAction, PolicyCondition
+
 from .models import Order
 
 DEMO_ORDERS: list[dict[str, Any]] = [
@@ -140,3 +142,31 @@ def seed_orders(*, reset: bool = False) -> int:
         _, created = lookup(number=spec["number"], defaults=defaults)
         created_count += created
     return created_count
+
+
+# The demo's approval policy (engine/policies.py), for rita's policy pages. It is seeded off:
+# `seed_demo` seeds every cluster (agentsite/cluster.py), and the soak benchmark (bench/soak.py)
+# counts on each of its $0.01 refunds waiting for a reviewer. Turn it on in the inbox's
+# Policies tab and a $15 refund on an order already refunded $40 goes through unasked.
+DEMO_POLICY: dict[str, Any] = {
+    "name": "Small refunds go through",
+    "enabled": False,
+    "priority": 10,
+    "tool_name": "issue_refund",
+    "action": PolicyAction.APPROVE,
+    "description": "A refund of $20 or less is approved without a reviewer, even when the "
+    "order's refunds are above the $50 that otherwise asks for one.",
+}
+
+
+def seed_policies() -> int:
+    """Create the demo's approval policy when no rule of its name exists (one changed or
+    turned on since is kept as it is). Returns how many rules were created."""
+    policy, created = ApprovalPolicy.objects.get_or_create(
+        name=DEMO_POLICY["name"], defaults=DEMO_POLICY
+    )
+    if created:
+        PolicyCondition.objects.create(
+            policy=policy, argument="amount", operator=ConditionOperator.AT_MOST, value="20"
+        )
+    return int(created)

@@ -27,6 +27,15 @@ def is_reviewer(user: User | AnonymousUser | None) -> TypeGuard[User]:
     return bool(user is not None and user.is_authenticated and user.has_perm(DECIDE_PERMISSION))
 
 
+MANAGE_POLICIES_PERMISSION = "approvals.manage_approvalpolicy"
+
+
+def can_manage_policies(user: User | AnonymousUser | None) -> bool:
+    """An active reviewer who may also write the approval policies (`engine.policies`): the
+    rules that decide calls without a person."""
+    return bool(is_reviewer(user) and user.is_active and user.has_perm(MANAGE_POLICIES_PERMISSION))
+
+
 VIEW_TRACES_PERMISSION = "tracing.view_trace"
 
 

@@ -22,13 +22,17 @@ DEMO_USERS = [
 REVIEWERS_GROUP = "Reviewers"
 # Reviewer permissions, added as the apps that define them land.
 REVIEWER_PERMISSIONS = [("approvals", "decide_approvalrequest"), ("tracing", "view_trace")]
+# rita also writes the approval policies (the inbox's Policies tab): given to her alone, as a
+# permission of its own, since not every reviewer should change what is decided unasked.
+POLICY_MANAGERS = ["rita"]
+MANAGE_POLICIES = ("approvals", "manage_approvalpolicy")
 
 
 class Command(BaseCommand):
     help = "Create the demo users alice (end user), rita (reviewer) and admin, and demo data."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from demo.seed import seed_orders
+        from demo.seed import seed_orders, seed_policies
 
         with transaction.atomic():
             reviewers = self._reviewers_group()
@@ -37,6 +41,7 @@ class Command(BaseCommand):
                 for name, password, role in DEMO_USERS
             ]
             seed_orders()
+            seed_policies()
         self.stdout.write(self.style.SUCCESS("Demo users ready:"))
         for line in lines:
             self.stdout.write(f"  {line}")
@@ -60,6 +65,13 @@ class Command(BaseCommand):
             user.is_staff = user.is_superuser = True
         if role == "reviewer":
             user.groups.add(reviewers)
+        if username in POLICY_MANAGERS:
+            app_label, codename = MANAGE_POLICIES
+            permission = Permission.objects.filter(
+                content_type__app_label=app_label, codename=codename
+            ).first()
+            if permission is not None:
+                user.user_permissions.add(permission)
         # A password is set once, when the user is created (or has none usable yet: a demo
         # customer that the orders' seed made): setting it again would log out every session
         # of the user (and undo a password changed since).
