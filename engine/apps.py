@@ -30,8 +30,9 @@ class EngineConfig(AppConfig):
 
 
 def check_shared_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """The tasks executor runs turns in `db_worker` processes: their text, pauses and ends reach
-    the open pages only through a channel layer that every process shares."""
+    """The tasks executor runs turns in task worker processes (`run_worker`): their text,
+    pauses and ends reach the open pages only through a channel layer that every process
+    shares."""
     if settings.AGENTSITE_EXECUTOR != "tasks":
         return []
     backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")

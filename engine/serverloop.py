@@ -1,8 +1,8 @@
 """The server's event loop, once `asgi.py` has seen it.
 
 In-process runs execute on it, and the in-memory channel layer is only safe on it, so both the
-executor and `events` look it up here. Outside a server (a management command, a `db_worker`,
-a test) there is none.
+executor and `events` look it up here. Outside a server (a management command, a task
+worker, a test) there is none.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ that a dead process left behind, so neither needs a cron job.
 Every AGENTSITE_HEARTBEAT_SECONDS, each process that runs agents beats (`engine.heartbeat`)
 and, on each beat, fails what it could not end itself (a final write that gave up) and what
 processes that are gone left running (`runs.recover_orphans`): a web server on its loop
-(`start`), a `db_worker` or a management command on a daemon thread (`start_thread`).
+(`start`), a task worker (`run_worker`, `db_worker`) or a management command on a daemon
+thread (`start_thread`).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ async def _beat_forever(every: float) -> None:
 
 
 def start_thread(kind: ProcessKind) -> bool:
-    """For a process without a server loop (a `db_worker`, a management command): beat now,
+    """For a process without a server loop (a task worker, a management command): beat now,
     so the row exists before the first run is claimed, then on a daemon thread; a clean exit
     marks the row stopped. Idempotent; False when heartbeats are off."""
     global _thread

@@ -3,8 +3,9 @@
 Hops are not thread-sensitive, so independent operations really run in parallel, each
 worker thread with its own connection. The threads are the process's own, as many as its
 share of the connection pool (`pool.hop_threads()`; asyncio's default number without a
-pool), and every loop of the process uses them (`adopt`): a `db_worker`'s `asyncio.run` per
-task does not start threads (and connections) of its own each time.
+pool), and every loop of the process uses them (`adopt`): a worker's loop (`run_worker`, or
+a stock `db_worker`'s `asyncio.run` per task) does not start threads (and connections) of its
+own each time.
 
 Nothing closes those connections at the end of a request, so each hop does what Django does
 around a request: before it, drop a connection that broke or outlived `CONN_MAX_AGE`; after
