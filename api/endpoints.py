@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import NinjaAPI, Path, Query
+from ninja import NinjaAPI, Path, Query, Status
 from ninja.errors import HttpError, ValidationError
 
 from api import schemas
@@ -462,7 +462,7 @@ RETRY_AFTER = re.compile(r"Try again in (\d+) second")
 )
 def start_run(
     request: HttpRequest, session_id: SessionId, body: schemas.RunIn
-) -> tuple[int, dict[str, Any]] | HttpResponse:
+) -> Status[dict[str, Any]] | HttpResponse:
     """As the chat's send: one run at a time per conversation (409 while one works or
     waits for approval), the message rate limit (429 with Retry-After)."""
     caller = _caller(request)
@@ -498,4 +498,4 @@ def start_run(
         ) from None
     run.conversation = conversation
     run.refresh_from_db(fields=["status", "updated", "created"])
-    return 202, _run(run)
+    return Status(202, _run(run))

@@ -4,6 +4,7 @@ the POST that made it), list them, revoke one. The API itself is `endpoints.py`.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -18,9 +19,14 @@ from api.forms import MAX_TOKENS, TokenForm
 from api.models import ApiToken
 
 
+def _owner(request: HttpRequest) -> Any:
+    """The signed-in user (the views are `login_required`)."""
+    return request.user
+
+
 def _get_token_for_user(request: HttpRequest, pk: int) -> ApiToken:
     """The user's own token; another's is a 404, as one that does not exist."""
-    return get_object_or_404(ApiToken.objects.filter(user=request.user), pk=pk)
+    return get_object_or_404(ApiToken.objects.filter(user=_owner(request)), pk=pk)
 
 
 @never_cache  # the answer to a creation holds the secret
@@ -31,7 +37,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
     secret = None
     status = 200
     if request.method == "POST":
-        if ApiToken.objects.filter(user=request.user, revoked_at__isnull=True).count() >= (
+        if ApiToken.objects.filter(user=_owner(request), revoked_at__isnull=True).count() >= (
             MAX_TOKENS
         ):
             form.add_error(None, f"You have {MAX_TOKENS} tokens: revoke one first.")
@@ -50,7 +56,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "secret": secret,
-        "tokens": ApiToken.objects.filter(user=request.user),
+        "tokens": ApiToken.objects.filter(user=_owner(request)),
         "now": timezone.now(),
     }
     return render(request, "api/tokens.html", context, status=status)
