@@ -70,7 +70,9 @@ def _error(request: HttpRequest, status: int, detail: str, code: str, **extra: A
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if isinstance(exc, Unauthorized):
         response = _error(request, 401, str(exc), exc.error)
-        response["WWW-Authenticate"] = f'Bearer realm="api", error="{exc.error}"'
+        # RFC 6750: no error attribute when no credentials came at all.
+        error = "" if exc.error == "invalid_request" else f', error="{exc.error}"'
+        response["WWW-Authenticate"] = f'Bearer realm="api"{error}'
         return response
     if exc.status_code == 400:  # ninja's "Cannot parse request body": the JSON is malformed
         return _error(request, 422, "The request body is not valid JSON.", "invalid_json")

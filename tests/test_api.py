@@ -159,7 +159,8 @@ def test_a_revoked_or_expired_token_is_401_and_nothing_is_decided(client: Client
     assert secret not in refused.content.decode()
     expired = token_for(rita, expires_at=timezone.now() - timedelta(seconds=1))
     assert get(client, "/requests", expired).status_code == 401
-    assert get(client, "/requests").status_code == 401  # no credentials at all
+    bare = get(client, "/requests")  # no credentials at all
+    assert bare.status_code == 401 and bare["WWW-Authenticate"] == 'Bearer realm="api"'
     assert not ApprovalDecision.objects.exists()
 
 
