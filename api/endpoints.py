@@ -499,5 +499,4 @@ def start_run(
             "agent_gone",
         ) from None
     run.conversation = conversation
-    run.refresh_from_db(fields=["status", "updated", "created"])
     return Status(202, _run(run))
