@@ -187,6 +187,8 @@ INSTALLED_APPS = [
     "conversations",
     "approvals",
     "tracing",
+    "api",
+    "ninja",  # the API's docs page, from django-ninja's vendored Swagger UI (no CDN)
     "engine",
     "demo",
     "django_tasks_db",

@@ -12,4 +12,5 @@ urlpatterns = [
     path("", include("conversations.urls")),
     path("", include("approvals.urls")),
     path("", include("tracing.urls")),
+    path("", include("api.urls")),
 ]

@@ -136,6 +136,25 @@ class NeedsAnotherReviewer(DecisionRefused):
     (unless `AGENTSITE_SELF_APPROVAL` is on)."""
 
 
+# Finer kinds of refusal, for callers that answer each differently (the JSON API's status
+# codes); each is still a DecisionRefused with the same message.
+class RequestWithdrawn(AlreadyDecided):
+    """The person who asked withdrew the request."""
+
+
+class NotAllowed(DecisionRefused):
+    """The person may not decide tool calls at all."""
+
+
+class StaleArguments(DecisionRefused):
+    """The arguments changed since they were shown (`seen_hash`)."""
+
+
+class InvalidDecision(DecisionRefused):
+    """The decision itself is not acceptable: an empty or too long answer as the tool,
+    edited arguments where edits are forbidden or that do not fit the tool's schema."""
+
+
 class RateLimited(Exception):
     """Too many messages from one person in a minute; the message says when to try again."""
 
@@ -1462,13 +1481,13 @@ def _edit_fields(
     """
     sheet = registry.tool_sheet(run.agent_name, request.agent_name, request.tool_name)
     if not sheet.editable:
-        raise DecisionRefused(
+        raise InvalidDecision(
             f"The arguments of {request.tool_name} cannot be edited (its author does not "
             "allow it); approve or reject the call as it is."
         )
     errors = registry.argument_errors(sheet.schema, edited)
     if errors:
-        raise DecisionRefused("The edited arguments do not fit the tool: " + "; ".join(errors))
+        raise InvalidDecision("The edited arguments do not fit the tool: " + "; ".join(errors))
     new = arguments_hash(edited)
     if new == request.arguments_hash:
         return {}
@@ -1668,18 +1687,18 @@ def decide(
             `arguments` are not allowed or do not fit the tool.
     """
     if not permissions.is_reviewer(reviewer):
-        raise DecisionRefused("You are not allowed to approve or reject tool calls.")
+        raise NotAllowed("You are not allowed to approve or reject tool calls.")
     kind = DecisionKind.APPROVED if approve else DecisionKind.REJECTED
     if response is not None:
         if approve:
             raise ValueError("A call answered as the tool is not approved: it never runs.")
         response = response.strip()
         if not response:
-            raise DecisionRefused(
+            raise InvalidDecision(
                 "Write the result the agent should read as the tool's output; it is empty."
             )
         if len(response) > MAX_RESPONSE_CHARS:
-            raise DecisionRefused(
+            raise InvalidDecision(
                 f"The tool's output is too long ({len(response)} characters; at most "
                 f"{MAX_RESPONSE_CHARS})."
             )
@@ -1798,7 +1817,7 @@ def _record_decision(
                 SELF_RESPONSE_REFUSED if responded else SELF_APPROVAL_REFUSED
             )
         if seen_hash is not None and seen_hash != current.arguments_hash:
-            raise DecisionRefused(
+            raise StaleArguments(
                 "The arguments changed since this request was shown to you; reload it."
             )
         if approve and not current.arguments_intact:
@@ -1876,7 +1895,7 @@ def closed_reason(request: ApprovalRequest, now: Any) -> DecisionRefused | None:
     if request.status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
         return AlreadyDecided(f"Already {request.status} by {who} at {when}.")
     if request.status == ApprovalStatus.WITHDRAWN:
-        return AlreadyDecided(f"Withdrawn by {who} at {when}.")
+        return RequestWithdrawn(f"Withdrawn by {who} at {when}.")
     if request.status == ApprovalStatus.RESPONDED:
         return AlreadyDecided(f"Already answered as the tool by {who} at {when}.")
     if request.status == ApprovalStatus.EXPIRED or request.expires_at <= now:
