@@ -14,7 +14,16 @@ import pytest
 from agents import Agent
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agentsite", "common", "engine", "conversations", "approvals", "tracing", "demo")
+PACKAGES = (
+    "agentsite",
+    "common",
+    "engine",
+    "conversations",
+    "approvals",
+    "tracing",
+    "demo",
+    "api",
+)
 
 # The one agent of a deployment without the demo (tests/settings_without_demo.py).
 PLAIN_AGENT = Agent(name="Plain", instructions="Answer briefly.")
