@@ -66,7 +66,7 @@ class Claim:
 
     def __repr__(self) -> str:
         # Never the secret, nor the URL (which may carry a token of its own).
-        return f"<Claim {self.event_id} attempt {self.attempt} to {self.endpoint_name!r}>"
+        return f"{self.event_id} (attempt {self.attempt}) to {self.endpoint_name!r}"
 
 
 @dataclass(frozen=True)
@@ -237,25 +237,22 @@ def record(claim: Claim, outcome: Outcome) -> datetime | None:
         ).update(**changes)
     if not kept:
         logger.warning(
-            "Webhook %r: %s outlived its lease; its result is kept as an attempt only.",
-            claim.endpoint_name,
+            "Webhook %s outlived its lease; its result is kept as an attempt only.",
             claim,
         )
         return None
     if outcome.delivered:
-        logger.info("Webhook %r: %s delivered (%d).", claim.endpoint_name, claim, outcome.code)
+        logger.info("Webhook %s delivered (%d).", claim, outcome.code)
     elif retry_at is None:
         logger.warning(
-            "Webhook %r: %s failed for good after %d attempt(s): %s",
-            claim.endpoint_name,
+            "Webhook %s failed for good after %d attempt(s): %s",
             claim,
             claim.retries_used,
             outcome.error,
         )
     else:
         logger.info(
-            "Webhook %r: %s failed (%s); retried at %s.",
-            claim.endpoint_name,
+            "Webhook %s failed (%s); retried at %s.",
             claim,
             outcome.error,
             retry_at.isoformat(),
@@ -440,3 +437,14 @@ def start_timer(loop: asyncio.AbstractEventLoop) -> _Timer | None:
 
 def on_server_loop(sender: Any, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
     start_timer(loop)
+
+
+def stop_timer(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
+    """Stop delivering on `loop`'s timer (tests; a server's loop ends with its process). Call
+    it on `loop`; returns the cancelled task, to await."""
+    timer = _timers.pop(loop, None)
+    if timer is None or timer.task is None:
+        return None
+    timer.task.cancel()
+    timer.claimer.shutdown(wait=False)
+    return timer.task

@@ -61,7 +61,12 @@ def decision_data(request: ApprovalRequest, decision: ApprovalDecision) -> dict[
     }
     if decision.edited_arguments is not None:
         data["edited_arguments"] = decision.edited_arguments
-    return {"request": request_data(request), "decision": data}
+    shown = request_data(request)
+    # The engine decided it with an UPDATE: the object it holds still reads "pending".
+    shown["status"] = (
+        ApprovalRequest.objects.filter(pk=request.pk).values_list("status", flat=True).get()
+    )
+    return {"request": shown, "decision": data}
 
 
 def run_data(run_id: int) -> dict[str, Any]:
