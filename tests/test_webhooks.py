@@ -379,6 +379,9 @@ def test_replay_from_admin_sends_the_same_event_id_again(receiver: Receiver) -> 
     row.refresh_from_db()
     assert (row.status, row.attempts) == (DeliveryStatus.DELIVERED, 2)
     assert list(row.attempt_log.values_list("number", "replay")) == [(1, False), (2, True)]
+    page = client.get(f"/admin/webhooks/webhookdelivery/{row.pk}/change/").content.decode()
+    assert row.event_id in page and "cancel_order" in page  # the payload, shown
+    assert 'name="status"' not in page  # read-only
 
 
 def test_a_reviewer_without_the_permission_cannot_replay(receiver: Receiver) -> None:
