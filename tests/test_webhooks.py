@@ -536,7 +536,7 @@ def test_an_endpoint_takes_only_http_or_https_and_gets_a_secret_of_its_own() -> 
     assert 'name="secret"' not in page
 
 
-def test_in_tasks_mode_a_queued_delivery_and_each_retry_are_tasks(
+def test_in_tasks_mode_a_delivery_and_each_retry_are_tasks_committed_with_them(
     receiver: Receiver, settings: Any
 ) -> None:
     from django_tasks_db.models import DBTaskResult
@@ -545,13 +545,55 @@ def test_in_tasks_mode_a_queued_delivery_and_each_retry_are_tasks(
     settings.AGENTSITE_WEBHOOK_BACKOFF_SECONDS = [30]
     receiver.codes = [500]
     make_endpoint(receiver.url)
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic():
+        outbox.queue(WebhookEvent.RUN_COMPLETED, lambda: {"run": {"id": 1}})
+        assert DBTaskResult.objects.count() == 1  # in the delivery's transaction...
+        raise Undo
+    assert not DBTaskResult.objects.exists()  # ...so gone with it
+    assert not WebhookDelivery.objects.exists()
+
     with transaction.atomic():
         outbox.queue(WebhookEvent.RUN_COMPLETED, lambda: {"run": {"id": 1}})
-        assert not DBTaskResult.objects.exists()  # enqueued once committed
     (task,) = DBTaskResult.objects.all()
     assert task.task_path == "webhooks.tasks.deliver_webhooks"
-    task.task.call()  # what a worker does with it
+    assert task.task.call() == 1  # what a worker does with it: one attempt, refused
     retry = DBTaskResult.objects.exclude(pk=task.pk).get()
     row = WebhookDelivery.objects.get()
     assert row.status == DeliveryStatus.PENDING and row.attempts == 1
     assert abs((retry.run_after - row.next_attempt_at).total_seconds()) < 0.01
+    assert len(receiver.requests) == 1
+
+
+def test_the_server_loop_starts_the_delivery_timer_in_inprocess_mode_only(settings: Any) -> None:
+    from engine import signals, sweeper
+
+    settings.AGENTSITE_SWEEP_SECONDS = 0
+    heard: list[asyncio.AbstractEventLoop] = []
+
+    def listen(sender: Any, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
+        heard.append(loop)
+
+    async def bind() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        signals.server_loop_started.connect(listen)
+        try:
+            sweeper.start(loop)  # what `executor.bind_server_loop` calls
+        finally:
+            signals.server_loop_started.disconnect(listen)
+        started = delivery.start_timer(loop) is None  # already delivering on this loop
+        task = delivery.stop_timer(loop)
+        assert task is not None
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        settings.AGENTSITE_EXECUTOR = "tasks"
+        sweeper.start(loop)
+        idle = delivery.stop_timer(loop) is None  # the workers deliver instead
+        return started, idle
+
+    started, idle = asyncio.run(bind())
+    assert len(heard) == 1
+    assert started and idle

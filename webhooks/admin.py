@@ -129,7 +129,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             )
             for row in WebhookDelivery.objects.filter(pk__in=replayed):
                 self.log_change(request, row, "Replayed.")
-            transaction.on_commit(delivery.kick)
+            delivery.announce()
         skipped = queryset.count() - len(replayed)
         self.message_user(
             request,

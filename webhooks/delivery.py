@@ -10,9 +10,10 @@ jittered wait, up to AGENTSITE_WEBHOOK_MAX_ATTEMPTS, then failed.
 
 Who calls it: in the "inprocess" executor mode, a timer on the web server's loop (woken when
 a delivery is committed or falls due, and every AGENTSITE_WEBHOOK_POLL_SECONDS); in the
-"tasks" mode, a task (`webhooks.tasks.deliver_webhooks`) enqueued when a delivery is
-committed and again for each retry at its time; anywhere, `manage.py deliver_webhooks` (cron).
-A delivery claimed by a process that died is claimed again once its lease has run out.
+"tasks" mode, a task (`webhooks.tasks.deliver_webhooks`) enqueued in the transaction that
+writes a delivery, and again for each retry at its time; anywhere, `manage.py
+deliver_webhooks` (cron). A delivery claimed by a process that died is claimed again once
+its lease has run out.
 """
 
 from __future__ import annotations
@@ -222,6 +223,9 @@ def record(claim: Claim, outcome: Outcome) -> datetime | None:
         retry_at = now + backoff(claim.retries_used)
         changes.update(status=DeliveryStatus.PENDING, next_attempt_at=retry_at)
     with transaction.atomic():
+        if retry_at is not None:
+            # Committed with the retry's time, as the outbox announces its rows.
+            announce(retry_at)
         WebhookAttempt.objects.create(
             delivery_id=claim.delivery_id,
             number=claim.attempt,
@@ -264,12 +268,10 @@ def attempt(claim: Claim) -> Outcome:
     """Send one claimed attempt and record it, holding a connection only to write."""
     try:
         outcome = post(claim)
-        retry_at = record(claim, outcome)
+        record(claim, outcome)
     finally:
         # The pool's threads outlive the attempt: a connection kept would be a slot lost.
         connections.close_all()
-    if retry_at is not None:
-        kick(retry_at)
     return outcome
 
 
@@ -361,17 +363,17 @@ def configure(*, enqueue: Enqueue) -> None:
     _wiring.enqueue = enqueue
 
 
-def kick(at: datetime | None = None) -> None:
-    """Deliveries are due now (or at `at`): have them sent. Never raises: a delivery not
-    kicked is still sent by the next timer tick, task or `deliver_webhooks`."""
-    try:
-        if settings.AGENTSITE_EXECUTOR == "tasks":
-            if _wiring.enqueue is not None:
-                _wiring.enqueue(at)
-            return
-        _wake_timer(at)
-    except Exception:
-        logger.exception("[non-fatal] Webhooks: could not wake a delivery; the next round sends it")
+def announce(at: datetime | None = None) -> None:
+    """Deliveries written in the current transaction are due now (or at `at`): have them
+    sent. With the "tasks" executor, a delivery task is enqueued in this very transaction
+    (django-tasks-db's rows live beside ours: both commit, or neither); with "inprocess",
+    this process's timer is woken once it commits. A delivery nobody was told of is still
+    sent by the next timer tick or `deliver_webhooks`."""
+    if settings.AGENTSITE_EXECUTOR == "tasks":
+        if _wiring.enqueue is not None:
+            _wiring.enqueue(at)
+        return
+    transaction.on_commit(functools.partial(_wake_timer, at))
 
 
 class _Timer:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest
@@ -25,7 +24,8 @@ from webhooks.models import (
 def queue(event_type: str, data: Callable[[], dict[str, Any]]) -> list[WebhookDelivery]:
     """A delivery of `event_type` to each enabled endpoint that subscribed to it; `data` is
     only built when one did (the common case, none, costs one small query)."""
-    endpoints = [e for e in WebhookEndpoint.objects.filter(enabled=True) if e.wants(event_type)]
+    enabled = WebhookEndpoint.objects.filter(enabled=True).only("pk", "events", "enabled")
+    endpoints = [endpoint for endpoint in enabled if endpoint.wants(event_type)]
     if not endpoints:
         return []
     body = data()
@@ -40,7 +40,7 @@ def queue(event_type: str, data: Callable[[], dict[str, Any]]) -> list[WebhookDe
             )
         )
     WebhookDelivery.objects.bulk_create(rows)
-    transaction.on_commit(delivery.kick)
+    delivery.announce()
     return rows
 
 
