@@ -4,7 +4,8 @@ decision or the run's end they announce. Events (`engine.events`) are hints sent
 commit and dropped in a Redis outage; these are not.
 
 Receivers run in the engine's transaction: they must be quick (an insert, no network), and
-an error in one rolls the engine's write back. The engine imports nothing of theirs; they
+an error one lets out rolls the engine's write back (the webhooks' receivers keep theirs in a
+savepoint of their own). The engine imports nothing of theirs; they
 connect in their own `AppConfig.ready`.
 """
 

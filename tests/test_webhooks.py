@@ -288,6 +288,25 @@ def test_a_rolled_back_decision_announces_nothing_and_a_committed_one_is_announc
 
 
 @pytest.mark.usefixtures("submitted")
+def test_a_webhook_that_cannot_be_queued_never_fails_the_decision(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_endpoint(receiver.url, [WebhookEvent.APPROVAL_DECIDED])
+    request = make_request()
+
+    def broken(*args: Any) -> dict[str, Any]:
+        raise ValueError("a bug in a payload")
+
+    monkeypatch.setattr("webhooks.payloads.decision_data", broken)
+    runs.decide(request, make_reviewer(), True)
+    request.refresh_from_db()
+    assert request.status == "approved"  # decided, and the run claimed for resume
+    assert AgentRun.objects.get(pk=request.run_id).status == RunStatus.RESUMING
+    assert not WebhookDelivery.objects.exists()
+    assert "[non-fatal] Webhooks: could not queue approval.decided" in caplog.text
+
+
+@pytest.mark.usefixtures("submitted")
 def test_an_expired_request_is_announced_as_decided_by_nobody(receiver: Receiver) -> None:
     make_endpoint(receiver.url, [WebhookEvent.APPROVAL_DECIDED])
     make_request(expires_at=timezone.now() - timedelta(seconds=1))

@@ -5,9 +5,11 @@ sending happens elsewhere (`delivery.py`), woken once the rows are committed."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest
@@ -20,27 +22,43 @@ from webhooks.models import (
     new_event_id,
 )
 
+logger = logging.getLogger(__name__)
+
 
 def queue(event_type: str, data: Callable[[], dict[str, Any]]) -> list[WebhookDelivery]:
     """A delivery of `event_type` to each enabled endpoint that subscribed to it; `data` is
-    only built when one did (the common case, none, costs one small query)."""
+    only built when one did (the common case, none, costs one small query).
+
+    In a savepoint of the engine's transaction: should building or writing the deliveries
+    fail, the event is lost (logged as an error) and the engine's write goes on; a webhook
+    never fails a run or a decision."""
     enabled = WebhookEndpoint.objects.filter(enabled=True).only("pk", "events", "enabled")
     endpoints = [endpoint for endpoint in enabled if endpoint.wants(event_type)]
     if not endpoints:
         return []
-    body = data()
-    created = timezone.now().isoformat()
-    rows = []
-    for endpoint in endpoints:
-        event_id = new_event_id()
-        payload = {"id": event_id, "type": event_type, "created": created, "data": body}
-        rows.append(
-            WebhookDelivery(
-                endpoint=endpoint, event_type=event_type, event_id=event_id, payload=payload
-            )
+    try:
+        with transaction.atomic():
+            body = data()
+            created = timezone.now().isoformat()
+            rows = []
+            for endpoint in endpoints:
+                event_id = new_event_id()
+                payload = {"id": event_id, "type": event_type, "created": created, "data": body}
+                rows.append(
+                    WebhookDelivery(
+                        endpoint=endpoint,
+                        event_type=event_type,
+                        event_id=event_id,
+                        payload=payload,
+                    )
+                )
+            WebhookDelivery.objects.bulk_create(rows)
+            delivery.announce()
+    except Exception:
+        logger.exception(
+            "[non-fatal] Webhooks: could not queue %s; it is not announced", event_type
         )
-    WebhookDelivery.objects.bulk_create(rows)
-    delivery.announce()
+        return []
     return rows
 
 
