@@ -98,6 +98,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(autouse=True)
+def fresh_endpoints() -> Iterator[None]:
+    """What a process remembers of the endpoints, forgotten: each test's database is new."""
+    outbox.forget_subscribed()
+    yield
+    outbox.forget_subscribed()
+
+
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     received = Receiver()
@@ -304,6 +312,37 @@ def test_a_webhook_that_cannot_be_queued_never_fails_the_decision(
     assert AgentRun.objects.get(pk=request.run_id).status == RunStatus.RESUMING
     assert not WebhookDelivery.objects.exists()
     assert "[non-fatal] Webhooks: could not queue approval.decided" in caplog.text
+
+
+@pytest.mark.usefixtures("submitted")
+def test_an_endpoint_deleted_as_its_delivery_is_written_never_fails_the_decision(
+    receiver: Receiver,
+) -> None:
+    endpoint = make_endpoint(receiver.url, [WebhookEvent.APPROVAL_DECIDED])
+    request = make_request()
+    with transaction.atomic():
+        runs.decide(request, make_reviewer(), True)
+        # As another process's delete would land: no cascade, no signal.
+        WebhookEndpoint.objects.filter(pk=endpoint.pk)._raw_delete("default")
+    request.refresh_from_db()
+    assert request.status == "approved"  # committed
+    assert WebhookDelivery.objects.count() == 1  # an orphan...
+    assert delivery.deliver_all_due() == 0  # ...never sent
+    assert receiver.requests == []
+
+
+def test_an_endpoint_added_by_another_process_is_heard_of_within_seconds(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outbox.forget_subscribed()
+    assert outbox.queue(WebhookEvent.RUN_FAILED, dict) == []  # none: remembered
+    # Another process's insert: no signal here.
+    WebhookEndpoint.objects.bulk_create(
+        [WebhookEndpoint(name="new", url=receiver.url, events=[WebhookEvent.RUN_FAILED])]
+    )
+    assert outbox.queue(WebhookEvent.RUN_FAILED, dict) == []
+    monkeypatch.setattr(outbox, "SUBSCRIBED_SECONDS", 0.0)  # as once the seconds went by
+    assert len(outbox.queue(WebhookEvent.RUN_FAILED, dict)) == 1
 
 
 @pytest.mark.usefixtures("submitted")

@@ -92,8 +92,12 @@ class WebhookDeliveryQuerySet(models.QuerySet["WebhookDelivery"]):
 
 
 class WebhookDelivery(models.Model):
+    # No constraint in the database: the row is written in the engine's transaction, and an
+    # endpoint deleted meanwhile by another process must not fail the engine's commit (a
+    # deferred foreign key check would). Deleted through Django, its deliveries go with it;
+    # an orphan is never claimed (the claim joins the endpoint).
     endpoint = models.ForeignKey(
-        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries", db_constraint=False
     )
     event_type = models.CharField(max_length=40, choices=WebhookEvent.choices)
     event_id = models.CharField(
