@@ -19,11 +19,11 @@ its lease has run out.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import functools
 import http.client
+import itertools
 import logging
 import random
 import threading
@@ -37,6 +37,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, connections, transaction
+from django.db.models import Min
 from django.utils import timezone
 
 from webhooks import signing
@@ -106,18 +107,28 @@ def claim_due(limit: int) -> list[Claim]:
         return []
     now = timezone.now()
     per_endpoint = max(1, (limit + 1) // 2)
-    candidates = (
-        WebhookDelivery.objects.due(now)
-        .order_by("next_attempt_at", "pk")
-        .values_list("pk", "endpoint_id", "attempts")[: limit * 4]
+    due = WebhookDelivery.objects.due(now)
+    # Endpoint by endpoint (a dead one with a thousand due must not hide the others'), the
+    # endpoint whose oldest is the oldest first, then round-robin over them.
+    endpoints = (
+        due.values("endpoint_id")
+        .annotate(oldest=Min("next_attempt_at"))
+        .order_by("oldest")
+        .values_list("endpoint_id", flat=True)
     )
+    queues = [
+        list(
+            due.filter(endpoint_id=endpoint_id)
+            .order_by("next_attempt_at", "pk")
+            .values_list("pk", "attempts")[:per_endpoint]
+        )
+        for endpoint_id in list(endpoints)[:limit]
+    ]
+    candidates = [row for turn in itertools.zip_longest(*queues) for row in turn if row]
     won: list[int] = []
-    taken: collections.Counter[int] = collections.Counter()
-    for pk, endpoint_id, attempts in list(candidates):
+    for pk, attempts in candidates:
         if len(won) >= limit:
             break
-        if taken[endpoint_id] >= per_endpoint:
-            continue
         claimed = WebhookDelivery.objects.filter(
             pk=pk,
             attempts=attempts,
@@ -131,7 +142,6 @@ def claim_due(limit: int) -> list[Claim]:
         )
         if claimed:
             won.append(pk)
-            taken[endpoint_id] += 1
     rows = WebhookDelivery.objects.select_related("endpoint").filter(pk__in=won)
     return [
         Claim(
