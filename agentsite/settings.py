@@ -190,6 +190,7 @@ INSTALLED_APPS = [
     "api",
     "ninja",  # the API's docs page, from django-ninja's vendored Swagger UI (no CDN)
     "engine",
+    "webhooks",
     "demo",
     "django_tasks_db",
     "axes",
@@ -495,3 +496,35 @@ LOGGING = {
         "django": {"handlers": [], "level": "INFO", "propagate": True},
     },
 }
+
+# --- Webhooks ------------------------------------------------------------------------------
+
+
+def _webhook_step(name: str, value: str) -> float:
+    try:
+        step = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: {value!r} is not a number of seconds.") from None
+    if step < 0:
+        raise ImproperlyConfigured(f"{name}: {value!r} is below 0.")
+    return step
+
+
+# Endpoints are registered in admin (docs/webhooks.md). Seconds an attempt may take to connect,
+# and to each read of the answer.
+AGENTSITE_WEBHOOK_TIMEOUT = env_float("AGENTSITE_WEBHOOK_TIMEOUT", 5.0)
+# Attempts of one delivery (the first and its retries) before it is recorded failed.
+AGENTSITE_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTSITE_WEBHOOK_MAX_ATTEMPTS", 6)
+# The waits before each retry, in seconds (the last one repeats), each ±20 %.
+AGENTSITE_WEBHOOK_BACKOFF_SECONDS = [
+    _webhook_step("AGENTSITE_WEBHOOK_BACKOFF_SECONDS", step)
+    for step in env_list("AGENTSITE_WEBHOOK_BACKOFF_SECONDS", ["10", "60", "300", "1800", "7200"])
+]
+# Attempts a process sends at once (at most half of them to one endpoint).
+AGENTSITE_WEBHOOK_CONCURRENCY = env_int("AGENTSITE_WEBHOOK_CONCURRENCY", 4)
+# With AGENTSITE_EXECUTOR=inprocess, the web server looks for due deliveries this often (it is
+# also woken when one is queued); 0 turns its timer off (then cron `deliver_webhooks`).
+AGENTSITE_WEBHOOK_POLL_SECONDS = env_float("AGENTSITE_WEBHOOK_POLL_SECONDS", 5.0)
+# The site's address as receivers reach it, for the links in payloads
+# (`https://agents.example.com`); empty: links are paths.
+AGENTSITE_WEBHOOK_SITE_URL = env_str("AGENTSITE_WEBHOOK_SITE_URL")

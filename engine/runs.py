@@ -88,6 +88,7 @@ from engine import (
     policies,
     providers,
     registry,
+    signals,
 )
 from engine.executor import Job
 from engine.sql import statements
@@ -921,6 +922,7 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
         if saved:
             recording.follow_run(run, RunStatus.COMPLETED)
             _follow_agent(run, result)
+            signals.run_completed.send(sender=AgentRun, run_id=run.pk)
     completed = _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.COMPLETED)])
     if not saved:
         if AgentRun.objects.filter(pk=run.pk, status=RunStatus.COMPLETED).exists():
@@ -1048,6 +1050,13 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
             for request, decision in decided:
                 # In this transaction, as a person's: the trace shows it when the audit does.
                 recording.record_decision(request, decision, request.status, paused)
+            for request in requests:
+                if request.is_pending:
+                    signals.approval_created.send(sender=ApprovalRequest, request=request)
+            for request, decision in decided:
+                signals.approval_decided.send(
+                    sender=ApprovalRequest, request=request, decision=decision
+                )
             recording.follow_run(run, status)
             _follow_agent(run, result)
             if resuming:
@@ -1243,6 +1252,7 @@ def _fail_sync(
             recording.follow_run(run_id)
             if error_detail is not None:
                 recording.record_failure(run_id, reason, error_detail, now)
+            signals.run_failed.send(sender=AgentRun, run_id=run_id, status=status, reason=reason)
     return bool(failed)
 
 
@@ -1862,6 +1872,7 @@ def _record_decision(
         # In this transaction: the trace shows the decision exactly when the audit does.
         recording.record_decision(current, decision, status, run)
         recording.follow_run(run, RunStatus.RESUMING if claimed else run.status)
+        signals.approval_decided.send(sender=ApprovalRequest, request=current, decision=decision)
         decided_event = events.ApprovalWithdrawn if withdrawn else events.ApprovalDecided
         decided = decided_event(
             request_id=request_id,

@@ -21,7 +21,7 @@ from django.db import connections
 
 from agentsite.db.hops import db_hop
 from approvals.models import ProcessKind
-from engine import heartbeat, runs
+from engine import heartbeat, runs, signals
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,9 @@ _thread: threading.Thread | None = None
 
 def start(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
     """Start the heartbeat of this web process and the sweep on `loop`; the sweep's task, or
-    None when it already sweeps there or sweeping is off."""
+    None when it already sweeps there or sweeping is off. Receivers of
+    `signals.server_loop_started` (the webhooks' delivery timer) start on it too."""
+    signals.server_loop_started.send(sender=None, loop=loop)
     if loop not in _beats and not _beating_on_thread() and heartbeat.begin(ProcessKind.WEB):
         beating = loop.create_task(_beat_forever(settings.AGENTSITE_HEARTBEAT_SECONDS))
         _beats[loop] = beating

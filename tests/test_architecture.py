@@ -23,6 +23,7 @@ PACKAGES = (
     "tracing",
     "demo",
     "api",
+    "webhooks",
 )
 
 # The one agent of a deployment without the demo (tests/settings_without_demo.py).

@@ -1,0 +1,462 @@
+"""Sending what the outbox queued (`outbox.py`): never in a run's or a decision's path.
+
+`deliver_due()` claims due deliveries, each with one conditional UPDATE (pending → delivering,
+its attempt counted and its lease set), so exactly one process sends an attempt however many
+deliver at once; then it gives its database connection back, POSTs each claimed delivery on a
+bounded pool of threads with a timeout (a slow or dead endpoint holds one thread for at most
+that long, and takes at most half the threads), and writes each result (a connection only for
+that write). 2xx is delivered; anything else, or no answer, is retried after a growing,
+jittered wait, up to AGENTSITE_WEBHOOK_MAX_ATTEMPTS, then failed.
+
+Who calls it: in the "inprocess" executor mode, a timer on the web server's loop (woken when
+a delivery is committed or falls due, and every AGENTSITE_WEBHOOK_POLL_SECONDS); in the
+"tasks" mode, a task (`webhooks.tasks.deliver_webhooks`) enqueued in the transaction that
+writes a delivery, and again for each retry at its time; anywhere, `manage.py
+deliver_webhooks` (cron). A delivery claimed by a process that died is claimed again once
+its lease has run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import http.client
+import itertools
+import logging
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, connections, transaction
+from django.db.models import Min
+from django.utils import timezone
+
+from webhooks import signing
+from webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
+
+logger = logging.getLogger(__name__)
+
+# What is kept of a refusing endpoint's answer, for the operator.
+ERROR_BODY_CHARS = 200
+USER_AGENT = "agentsite-webhooks/1"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One attempt this process won: everything it needs to send without the database."""
+
+    delivery_id: int
+    endpoint_id: int
+    endpoint_name: str
+    url: str
+    secret: str
+    event_type: str
+    event_id: str
+    body: bytes
+    attempt: int
+    retries_used: int
+    replay: bool
+
+    def __repr__(self) -> str:
+        # Never the secret, nor the URL (which may carry a token of its own).
+        return f"{self.event_id} (attempt {self.attempt}) to {self.endpoint_name!r}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int | None
+    error: str
+    ms: int
+
+    @property
+    def delivered(self) -> bool:
+        return self.code is not None and 200 <= self.code < 300
+
+
+def lease() -> timedelta:
+    """How long a claimed attempt is this process's: past it, another may claim it again.
+    Well beyond the connect and read timeouts of one attempt."""
+    return timedelta(seconds=4 * settings.AGENTSITE_WEBHOOK_TIMEOUT + 30)
+
+
+def backoff(retries_used: int) -> timedelta:
+    """The wait before the next attempt after `retries_used` attempts failed: the
+    AGENTSITE_WEBHOOK_BACKOFF_SECONDS step (the last repeats), ±20 % so endpoints that
+    failed together are not all retried at the same instant."""
+    steps = settings.AGENTSITE_WEBHOOK_BACKOFF_SECONDS
+    step = steps[min(retries_used, len(steps)) - 1] if steps else 60.0
+    return timedelta(seconds=step * random.uniform(0.8, 1.2))
+
+
+# --- claiming -------------------------------------------------------------------------------
+
+
+def claim_due(limit: int) -> list[Claim]:
+    """Claim at most `limit` due deliveries (at most half of them, rounded up, for one
+    endpoint), oldest due first; the claims this process won."""
+    if limit <= 0:
+        return []
+    now = timezone.now()
+    per_endpoint = max(1, (limit + 1) // 2)
+    due = WebhookDelivery.objects.due(now)
+    # Endpoint by endpoint (a dead one with a thousand due must not hide the others'), the
+    # endpoint whose oldest is the oldest first, then round-robin over them.
+    endpoints = (
+        due.values("endpoint_id")
+        .annotate(oldest=Min("next_attempt_at"))
+        .order_by("oldest")
+        .values_list("endpoint_id", flat=True)
+    )
+    queues = [
+        list(
+            due.filter(endpoint_id=endpoint_id)
+            .order_by("next_attempt_at", "pk")
+            .values_list("pk", "attempts")[:per_endpoint]
+        )
+        for endpoint_id in list(endpoints)[:limit]
+    ]
+    candidates = [row for turn in itertools.zip_longest(*queues) for row in turn if row]
+    won: list[int] = []
+    for pk, attempts in candidates:
+        if len(won) >= limit:
+            break
+        claimed = WebhookDelivery.objects.filter(
+            pk=pk,
+            attempts=attempts,
+            status__in=(DeliveryStatus.PENDING, DeliveryStatus.DELIVERING),
+            next_attempt_at__lte=now,
+        ).update(
+            status=DeliveryStatus.DELIVERING,
+            attempts=attempts + 1,
+            next_attempt_at=now + lease(),
+            last_attempt_at=now,
+        )
+        if claimed:
+            won.append(pk)
+    rows = WebhookDelivery.objects.select_related("endpoint").filter(pk__in=won)
+    return [
+        Claim(
+            delivery_id=row.pk,
+            endpoint_id=row.endpoint_id,
+            endpoint_name=row.endpoint.name,
+            url=row.endpoint.url,
+            secret=row.endpoint.secret,
+            event_type=row.event_type,
+            event_id=row.event_id,
+            body=row.body(),
+            attempt=row.attempts,
+            retries_used=row.retries_used,
+            replay=row.replays > 0 and row.attempts == row.replay_from + 1,
+        )
+        for row in sorted(rows, key=lambda row: won.index(row.pk))
+    ]
+
+
+# --- sending --------------------------------------------------------------------------------
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer that is not 2xx: the POST is not sent on to another URL."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
+def headers(claim: Claim, timestamp: int | None = None) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        signing.SIGNATURE_HEADER: signing.header(claim.secret, claim.body, timestamp),
+        signing.EVENT_HEADER: claim.event_type,
+        signing.DELIVERY_HEADER: claim.event_id,
+    }
+
+
+def post(claim: Claim) -> Outcome:
+    """One POST of the claimed delivery, signed now; no database."""
+    request = urllib.request.Request(
+        claim.url, data=claim.body, headers=headers(claim), method="POST"
+    )
+    timeout = settings.AGENTSITE_WEBHOOK_TIMEOUT
+    started = time.monotonic()
+    code: int | None = None
+    error = ""
+    try:
+        with _opener.open(request, timeout=timeout) as response:
+            code = response.status
+            response.read(64 * 1024)
+    except urllib.error.HTTPError as refused:
+        code = refused.code
+        with contextlib.closing(refused):
+            answer = refused.read(ERROR_BODY_CHARS).decode("utf-8", "replace").strip()
+        error = f"HTTP {refused.code} {refused.reason}" + (f": {answer}" if answer else "")
+    except TimeoutError:
+        error = f"No answer within {timeout:g} s."
+    except urllib.error.URLError as failed:
+        reason = failed.reason
+        error = (
+            f"No answer within {timeout:g} s."
+            if isinstance(reason, TimeoutError)
+            else f"Could not connect: {reason}"
+        )
+    except (OSError, http.client.HTTPException, ValueError) as failed:
+        error = f"{type(failed).__name__}: {failed}"
+    return Outcome(code=code, error=error, ms=round((time.monotonic() - started) * 1000))
+
+
+def record(claim: Claim, outcome: Outcome) -> datetime | None:
+    """Write the attempt and what follows from it; when it is retried, its time."""
+    now = timezone.now()
+    changes: dict[str, Any] = {
+        "last_response_code": outcome.code,
+        "last_response_ms": outcome.ms,
+        "last_error": outcome.error[:2000],
+    }
+    retry_at: datetime | None = None
+    if outcome.delivered:
+        changes.update(status=DeliveryStatus.DELIVERED, delivered_at=now)
+    elif claim.retries_used >= settings.AGENTSITE_WEBHOOK_MAX_ATTEMPTS:
+        changes.update(status=DeliveryStatus.FAILED)
+    else:
+        retry_at = now + backoff(claim.retries_used)
+        changes.update(status=DeliveryStatus.PENDING, next_attempt_at=retry_at)
+    with transaction.atomic():
+        if retry_at is not None:
+            # Committed with the retry's time, as the outbox announces its rows.
+            announce(retry_at)
+        WebhookAttempt.objects.create(
+            delivery_id=claim.delivery_id,
+            number=claim.attempt,
+            replay=claim.replay,
+            started=now - timedelta(milliseconds=outcome.ms),
+            response_code=outcome.code,
+            response_ms=outcome.ms,
+            error=outcome.error[:2000],
+        )
+        # Only while the attempt is still ours (a lease that ran out was claimed again).
+        kept = WebhookDelivery.objects.filter(
+            pk=claim.delivery_id, status=DeliveryStatus.DELIVERING, attempts=claim.attempt
+        ).update(**changes)
+    if not kept:
+        logger.warning(
+            "Webhook %s outlived its lease; its result is kept as an attempt only.",
+            claim,
+        )
+        return None
+    if outcome.delivered:
+        logger.info("Webhook %s delivered (%d).", claim, outcome.code)
+    elif retry_at is None:
+        logger.warning(
+            "Webhook %s failed for good after %d attempt(s): %s",
+            claim,
+            claim.retries_used,
+            outcome.error,
+        )
+    else:
+        logger.info(
+            "Webhook %s failed (%s); retried at %s.",
+            claim,
+            outcome.error,
+            retry_at.isoformat(),
+        )
+    return retry_at
+
+
+def attempt(claim: Claim) -> Outcome:
+    """Send one claimed attempt and record it, holding a connection only to write."""
+    try:
+        outcome = post(claim)
+        record(claim, outcome)
+    finally:
+        # The pool's threads outlive the attempt: a connection kept would be a slot lost.
+        connections.close_all()
+    return outcome
+
+
+# --- rounds ---------------------------------------------------------------------------------
+
+
+class _Senders:
+    """This process's sending threads, AGENTSITE_WEBHOOK_CONCURRENCY of them, and how many
+    are busy (a round claims only as many attempts as are free)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.busy = 0
+
+    def free(self) -> int:
+        with self._lock:
+            return max(0, settings.AGENTSITE_WEBHOOK_CONCURRENCY - self.busy)
+
+    def submit(self, claim: Claim) -> concurrent.futures.Future[Outcome]:
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=max(1, settings.AGENTSITE_WEBHOOK_CONCURRENCY),
+                    thread_name_prefix="agentsite-webhook",
+                )
+            self.busy += 1
+            future = self._pool.submit(attempt, claim)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: concurrent.futures.Future[Outcome]) -> None:
+        with self._lock:
+            self.busy -= 1
+        if (failed := future.exception()) is not None:
+            logger.error("[non-fatal] A webhook attempt failed to run: %r", failed)
+        # A thread is free: more may be due.
+        _wake_timer(None)
+
+
+_senders = _Senders()
+
+
+def _release() -> None:
+    """Give this thread's connection back before waiting on HTTP (not inside a transaction:
+    then it is the caller's)."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+def deliver_due(*, wait: bool = True) -> int:
+    """Claim the due deliveries this process has free threads for and send them. With
+    `wait`, return once they are recorded; else at once (the server's timer). Returns how
+    many attempts were started."""
+    claims = claim_due(_senders.free())
+    _release()
+    futures = [_senders.submit(claim) for claim in claims]
+    if wait:
+        concurrent.futures.wait(futures)
+    return len(claims)
+
+
+def deliver_all_due(*, rounds: int = 1000) -> int:
+    """Rounds of `deliver_due` until nothing is due now (a retry due later is left for
+    later); how many attempts were made."""
+    made = 0
+    for _ in range(rounds):
+        started = deliver_due(wait=True)
+        if not started:
+            break
+        made += started
+    return made
+
+
+# --- who is told to deliver -----------------------------------------------------------------
+
+Enqueue = Callable[[datetime | None], None]
+
+
+class _Wiring:
+    enqueue: Enqueue | None = None
+
+
+_wiring = _Wiring()
+
+
+def configure(*, enqueue: Enqueue) -> None:
+    """The task enqueuer for the "tasks" mode (once, at startup: `webhooks.apps`)."""
+    _wiring.enqueue = enqueue
+
+
+def announce(at: datetime | None = None) -> None:
+    """Deliveries written in the current transaction are due now (or at `at`): have them
+    sent. With the "tasks" executor, a delivery task is enqueued in this very transaction
+    (django-tasks-db's rows live beside ours: both commit, or neither); with "inprocess",
+    this process's timer is woken once it commits. A delivery nobody was told of is still
+    sent by the next timer tick or `deliver_webhooks`."""
+    if settings.AGENTSITE_EXECUTOR == "tasks":
+        if _wiring.enqueue is not None:
+            _wiring.enqueue(at)
+        return
+    transaction.on_commit(functools.partial(_wake_timer, at))
+
+
+class _Timer:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.wake = asyncio.Event()
+        # Rounds claim on a thread of their own: the loop's default executor is the
+        # process's hop threads, which HTTP must never hold.
+        self.claimer = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="agentsite-webhook-claim"
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    def wake_at(self, at: datetime | None) -> None:
+        delay = 0.0 if at is None else max(0.0, (at - timezone.now()).total_seconds())
+        with contextlib.suppress(RuntimeError):  # the loop closed
+            self.loop.call_soon_threadsafe(self._wake_after, delay)
+
+    def _wake_after(self, delay: float) -> None:
+        if delay <= 0:
+            self.wake.set()
+        else:
+            self.loop.call_later(delay, self.wake.set)
+
+    async def run(self, every: float) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), every)
+            self.wake.clear()
+            try:
+                await self.loop.run_in_executor(self.claimer, functools.partial(_round_on_thread))
+            except Exception:
+                logger.exception("[non-fatal] Webhooks: a delivery round failed")
+
+
+def _round_on_thread() -> None:
+    try:
+        deliver_due(wait=False)
+    finally:
+        connections.close_all()
+
+
+_timers: dict[asyncio.AbstractEventLoop, _Timer] = {}
+
+
+def _wake_timer(at: datetime | None) -> None:
+    for timer in list(_timers.values()):
+        timer.wake_at(at)
+
+
+def start_timer(loop: asyncio.AbstractEventLoop) -> _Timer | None:
+    """Deliver on `loop`'s timer (the "inprocess" mode's web server); None when it already
+    does, when workers deliver ("tasks") or when polling is off."""
+    every = settings.AGENTSITE_WEBHOOK_POLL_SECONDS
+    if loop in _timers or settings.AGENTSITE_EXECUTOR != "inprocess" or every <= 0:
+        return None
+    timer = _Timer(loop)
+    _timers[loop] = timer
+    timer.task = loop.create_task(timer.run(every))
+    timer.task.add_done_callback(lambda _: _timers.pop(loop, None))
+    return timer
+
+
+def on_server_loop(sender: Any, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
+    start_timer(loop)
+
+
+def stop_timer(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
+    """Stop delivering on `loop`'s timer (tests; a server's loop ends with its process). Call
+    it on `loop`; returns the cancelled task, to await."""
+    timer = _timers.pop(loop, None)
+    if timer is None or timer.task is None:
+        return None
+    timer.task.cancel()
+    timer.claimer.shutdown(wait=False)
+    return timer.task
