@@ -27,3 +27,10 @@ run_failed = Signal()
 # Not transactional: the server's event loop is known (`engine.sweeper.start`), for work that
 # runs on its timer there (kwargs: `loop`).
 server_loop_started = Signal()
+# Issue 16 part 4 (expiry policies): a request nobody decided in time whose expiry policy
+# escalates it: its deadline was extended once and `group_name` (a Django auth Group) should
+# be told (kwargs: `request`, `group_name`). In the sweep's transaction.
+approval_escalated = Signal()
+# A request that waits and expires soon: reviewers who opted in should be reminded (kwargs:
+# `request`). In the sweep's transaction, once per request.
+approval_reminder = Signal()
