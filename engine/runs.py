@@ -2070,10 +2070,19 @@ def _escalate(request_id: int, group: str) -> int:
             return 0
         request = ApprovalRequest.objects.select_related("run").get(pk=request_id)
         signals.approval_escalated.send(sender=ApprovalRequest, request=request, group_name=group)
-        # The inbox and the chat show it again, with its new deadline.
+        # Every page that shows it re-renders it in place, with its new deadline: the inbox's
+        # row and request panel, the chat's run (`approval.decided` with its status still
+        # pending; "created" would add a second row, and a new type needs a handler in every
+        # consumer).
         published: list[events.Event] = [
-            events.ApprovalCreated.for_request(request),
-            _run_updated(request.run_id, request.run.conversation_id, RunStatus.WAITING),
+            events.ApprovalDecided(
+                request_id=request.pk,
+                run_id=request.run_id,
+                conversation_id=request.run.conversation_id,
+                status=request.status,
+                decided_by=None,
+                decided_at=None,
+            )
         ]
         transaction.on_commit(lambda: events.publish_threadsafe(published))
     logger.info("Approval request %s escalated to %s until %s.", request_id, group, until)

@@ -33,7 +33,8 @@ from approvals.models import (
     PolicyAction,
     RunStatus,
 )
-from engine import registry, runs, signals
+from approvals.views import render_row
+from engine import events, registry, runs, signals
 from tests import scripted
 from tests.factories import make_conversation, make_request, make_reviewer, make_user
 
@@ -117,6 +118,20 @@ def escalated() -> Iterator[list[tuple[int, str]]]:
 
 
 @pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Events the engine published, recorded (and published as before)."""
+    seen: list[Any] = []
+    publish = events.publish
+
+    async def record(batch: list[Any]) -> None:
+        seen.extend(batch)
+        await publish(batch)
+
+    monkeypatch.setattr("engine.runs.events.publish", record)
+    return seen
+
+
+@pytest.fixture
 def reminded() -> Iterator[list[int]]:
     seen: list[int] = []
     lock = threading.Lock()
@@ -136,7 +151,11 @@ def reminded() -> Iterator[list[int]]:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fresh_registry")
 def test_it_escalates_at_the_deadline_waits_once_more_then_rejects_and_resumes(
-    settings: Any, submitted: list[Any], escalated: list[tuple[int, str]], client: Client
+    settings: Any,
+    submitted: list[Any],
+    escalated: list[tuple[int, str]],
+    published: list[Any],
+    client: Client,
 ) -> None:
     settings.AGENTSITE_ESCALATION_SECONDS = 3600
     Group.objects.create(name="Supervisors")
@@ -154,6 +173,12 @@ def test_it_escalates_at_the_deadline_waits_once_more_then_rejects_and_resumes(
     assert AgentRun.objects.get(pk=scene.run.pk).status == RunStatus.WAITING
     assert not ApprovalDecision.objects.filter(request=request).exists()
     assert ("resume", scene.run.pk) not in submitted
+    # Open pages re-render it in place (an inbox swaps its row by id: no second row).
+    [told] = [e for e in published if isinstance(e, events.ApprovalDecided)]
+    assert (told.request_id, told.status, told.decided_by) == (request.pk, "pending", None)
+    rita = make_reviewer()
+    row = render_row(request, oob="true", back="/inbox/", user=rita)
+    assert f'id="request-{request.pk}"' in row and "escalated to Supervisors" in row
     # Another sweep before the new deadline does nothing.
     assert runs.expire_overdue() == 0
 
@@ -161,7 +186,7 @@ def test_it_escalates_at_the_deadline_waits_once_more_then_rejects_and_resumes(
     client.force_login(AgentRun.objects.get(pk=scene.run.pk).conversation.owner)
     chat = client.get(f"/chats/{scene.run.conversation.session_id}/").content.decode()
     assert "escalated to Supervisors, waiting until" in chat
-    client.force_login(make_reviewer())
+    client.force_login(rita)
     inbox = client.get(reverse("inbox")).content.decode()
     assert "data-escalated" in inbox and "escalated to Supervisors" in inbox
     page = client.get(reverse("inbox_request", args=[request.pk])).content.decode()
