@@ -37,6 +37,8 @@ from approvals.views import render_row
 from engine import events, registry, runs, signals
 from tests import scripted
 from tests.factories import make_conversation, make_request, make_reviewer, make_user
+from webhooks import outbox
+from webhooks.models import WebhookDelivery, WebhookEndpoint
 
 REPLY = "Done."
 engine_test = [
@@ -420,6 +422,20 @@ def test_a_reviewers_decision_racing_the_escalation_is_safe(
     assert swept is None and isinstance(decided, runs.RequestExpired)
     assert ApprovalDecision.objects.filter(request=other).count() == 1
     assert ApprovalRequest.objects.get(pk=other.pk).status == ApprovalStatus.EXPIRED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_escalation_is_announced_to_webhook_endpoints_that_want_it(
+    submitted: list[Any],
+) -> None:
+    WebhookEndpoint.objects.create(url="http://127.0.0.1:9/hook", events=["approval.escalated"])
+    outbox.forget_subscribed()
+    request = overdue_escalating()
+    assert runs.expire_overdue() == 1
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.event_type == "approval.escalated"
+    assert delivery.payload["data"]["group"] == "Supervisors"
+    assert delivery.payload["data"]["request"]["id"] == request.pk
 
 
 # --- reminders ---------------------------------------------------------------------------------
