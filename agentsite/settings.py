@@ -528,3 +528,14 @@ AGENTSITE_WEBHOOK_POLL_SECONDS = env_float("AGENTSITE_WEBHOOK_POLL_SECONDS", 5.0
 # The site's address as receivers reach it, for the links in payloads
 # (`https://agents.example.com`); empty: links are paths.
 AGENTSITE_WEBHOOK_SITE_URL = env_str("AGENTSITE_WEBHOOK_SITE_URL")
+
+# --- Expiry policies ------------------------------------------------------------------------
+# A request whose expiry policy escalates it (`registry.review(..., on_expiry="escalate")` or
+# an approval policy's rule) waits this many seconds more, once, from when it is escalated.
+AGENTSITE_ESCALATION_SECONDS = env_int("AGENTSITE_ESCALATION_SECONDS", AGENTSITE_APPROVAL_TTL)
+# This long before a request's deadline, `approval_reminder` is sent once for it (email
+# notifications remind the reviewers who opted in); 0: no reminders. Default: a tenth of the
+# TTL, at most an hour.
+AGENTSITE_APPROVAL_REMINDER_SECONDS = env_int(
+    "AGENTSITE_APPROVAL_REMINDER_SECONDS", min(3600, AGENTSITE_APPROVAL_TTL // 10)
+)

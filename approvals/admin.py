@@ -178,7 +178,7 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "decided_by",
         "decided_at",
     ]
-    list_filter = ["status", "tool_name", "agent_name"]
+    list_filter = ["status", "on_expiry", "tool_name", "agent_name"]
     search_fields = [
         "run__conversation__session_id",
         "run__input",
@@ -199,6 +199,11 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "status",
         "created",
         "expires_at",
+        "on_expiry",
+        "escalate_to",
+        "expiry_note",
+        "escalated_at",
+        "reminded_at",
         "decided_by",
         "decided_at",
     )
@@ -303,6 +308,7 @@ class ApprovalPolicyAdmin(admin.ModelAdmin):
         "name",
         "enabled",
         "action",
+        "on_expiry",
         "agent_name",
         "tool_name",
         "conditions_display",

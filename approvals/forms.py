@@ -15,6 +15,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core import signing
 from django.core.exceptions import ValidationError
 from django.db.models import Q, Subquery
@@ -24,6 +25,7 @@ from approvals.models import (
     ConditionOperator,
     ConditionSource,
     DecisionKind,
+    ExpiryAction,
     PolicyAction,
     PolicyCondition,
 )
@@ -409,6 +411,8 @@ class PolicyForm(forms.ModelForm[ApprovalPolicy]):
             "tool_name",
             "action",
             "message",
+            "on_expiry",
+            "escalate_to",
             "description",
         ]
         widgets = {
@@ -427,6 +431,17 @@ class PolicyForm(forms.ModelForm[ApprovalPolicy]):
                 "Only a rejecting rule has a message: the agent reads it instead of "
                 "the tool's output.",
             )
+        on_expiry, group = data.get("on_expiry"), (data.get("escalate_to") or "").strip()
+        data["escalate_to"] = group if on_expiry == ExpiryAction.ESCALATE else ""
+        if on_expiry and data.get("action") == PolicyAction.REJECT:
+            self.add_error(
+                "on_expiry",
+                "A rejecting rule decides at the pause: none of its calls waits, so none expires.",
+            )
+        if on_expiry == ExpiryAction.ESCALATE and not group:
+            self.add_error("escalate_to", "Name the group to escalate to.")
+        elif on_expiry == ExpiryAction.ESCALATE and not Group.objects.filter(name=group).exists():
+            self.add_error("escalate_to", f"There is no group called “{group}”.")
         return data
 
 

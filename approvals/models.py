@@ -254,6 +254,18 @@ class DecisionKind(models.TextChoices):
     RESPONDED = "responded", "Answered as the tool"
     WITHDRAWN = "withdrawn", "Withdrawn"
     EXPIRED = "expired", "Expired"
+    # Nobody decided in time and the expiry policy approved it (the tool's author allows it).
+    EXPIRY_APPROVED = "expiry_approved", "Approved on expiry"
+
+
+class ExpiryAction(models.TextChoices):
+    """What happens to a request nobody decided in time (its expiry policy)."""
+
+    REJECT = "reject", "Reject"
+    # Extend the deadline once and tell a second group; rejected at the new deadline.
+    ESCALATE = "escalate", "Escalate to a group, then reject"
+    # Only where the tool's author allows it (`registry.review(..., expiry_approval=True)`).
+    APPROVE = "approve", "Approve"
 
 
 class ApprovalOrigin(models.TextChoices):
@@ -271,8 +283,12 @@ class ApprovalRequestQuerySet(models.QuerySet["ApprovalRequest"]):
         return self.pending().filter(expires_at__gt=now or timezone.now())
 
     def overdue(self, now: datetime | None = None) -> ApprovalRequestQuerySet:
-        """Pending requests past their expiry: the sweep expires them."""
+        """Pending requests past their expiry: the sweep expires them (or escalates them)."""
         return self.pending().filter(expires_at__lte=now or timezone.now())
+
+    def due_for_reminder(self, now: datetime, before: timedelta) -> ApprovalRequestQuerySet:
+        """Open requests that expire within `before` and whose reminder was not sent."""
+        return self.open(now).filter(reminded_at__isnull=True, expires_at__lte=now + before)
 
     def of_pause(self, run: AgentRun, pause: int) -> ApprovalRequestQuerySet:
         return self.filter(run=run, pause=pause)
@@ -313,6 +329,21 @@ class ApprovalRequest(models.Model):
     # rule that decided or asked for a person, or why none did. Written once, at the pause:
     # a later change to the rules never changes it.
     verdict = models.JSONField(default=dict, blank=True, editable=False)
+    # Its expiry policy, chosen at the pause like the verdict (from the rule that sent it to a
+    # person, else the tool's author's `review`), so a later change to either never changes
+    # it; `expiry_note` says why, when it is not what was asked for (an approval the tool
+    # does not allow falls back to reject).
+    on_expiry = models.CharField(
+        max_length=20, choices=ExpiryAction.choices, default=ExpiryAction.REJECT, editable=False
+    )
+    escalate_to = models.CharField(
+        max_length=150, blank=True, editable=False, help_text="The group told when it escalates."
+    )
+    expiry_note = models.CharField(max_length=300, blank=True, editable=False)
+    # Set by the conditional UPDATE that escalates it (once: its deadline was extended) and by
+    # the one that sends its reminder (once).
+    escalated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    reminded_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = ApprovalRequestQuerySet.as_manager()
 
@@ -359,12 +390,29 @@ class ApprovalRequest(models.Model):
             return ""
         return str(self.verdict.get("policy_name") or "")
 
+    @property
+    def is_escalated(self) -> bool:
+        return self.escalated_at is not None
+
+    @property
+    def approved_on_expiry(self) -> bool:
+        """Nobody decided in time and its expiry policy approved it."""
+        return (
+            self.status == ApprovalStatus.APPROVED
+            and self.decided_by_id is None
+            and self.on_expiry == ExpiryAction.APPROVE
+            and not self.decided_by_policy
+        )
+
     def decider_display(self) -> str:
-        """Who decided, for people: a reviewer's name, "policy <name>", or ""."""
+        """Who decided, for people: a reviewer's name, "policy <name>", "the expiry policy",
+        or ""."""
         if self.decided_by is not None:
             return self.decided_by.get_username()
         policy = self.decided_by_policy
-        return f"policy {policy}" if policy else ""
+        if policy:
+            return f"policy {policy}"
+        return "the expiry policy" if self.approved_on_expiry else ""
 
     def arguments_display(self) -> str:
         if not self.arguments_intact:
@@ -543,6 +591,23 @@ class ApprovalPolicy(models.Model):
     )
     description = models.TextField(
         blank=True, max_length=2000, help_text="Why the rule exists, for reviewers."
+    )
+    # For the calls it sends to a person (an "ask" rule, or an approve the tool's author
+    # refuses): what happens when nobody decides in time. Empty: the tool's own (`review`).
+    on_expiry = models.CharField(
+        "on expiry",
+        max_length=20,
+        choices=ExpiryAction.choices,
+        blank=True,
+        help_text="When nobody decides in time: reject, escalate to a group (extend the "
+        "deadline once, then reject), or approve (only tools whose author allows it). "
+        "Empty: the tool's default.",
+    )
+    escalate_to = models.CharField(
+        "escalate to",
+        max_length=150,
+        blank=True,
+        help_text="The group (by name) told when a call escalates.",
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import nh3
@@ -201,6 +202,10 @@ class Call:
 
     plain: str
     raw: str
+    # Waiting again after nobody decided in time: the group it was escalated to, and its new
+    # deadline.
+    escalated_to: str = ""
+    until: datetime | None = None
 
 
 @dataclass
@@ -347,7 +352,10 @@ def run_view(
         edited = _edited_arguments(loaded.requests)
         for request in loaded.requests:
             if request.is_pending:
-                view.waiting_for.append(call_for(request))
+                call = call_for(request)
+                if request.is_escalated:
+                    call.escalated_to, call.until = request.escalate_to, request.expires_at
+                view.waiting_for.append(call)
                 view.withdrawable.append(request.pk)
             elif request.is_decided:
                 view.decided.append(

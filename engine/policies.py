@@ -33,7 +33,7 @@ import inspect
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -68,6 +68,8 @@ class Call:
     arguments: Any
     # Whether a rule may approve it (the tool's author may require a person).
     auto_approve: bool = True
+    # All its author declared (`registry.review`): the pause reads its expiry policy there.
+    review: registry.Review = field(default_factory=registry.Review, compare=False)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,10 @@ class Verdict:
     policy_name: str = ""
     message: str = ""
     failed: bool = False
+    # The rule's expiry policy for a call it sends to a person (`ApprovalPolicy.on_expiry`,
+    # empty: the tool's) and the group it escalates to.
+    on_expiry: str = ""
+    escalate_to: str = ""
 
     @property
     def decides(self) -> bool:
@@ -110,6 +116,8 @@ class Verdict:
             policy_name=str(data.get("policy_name") or ""),
             message=str(data.get("message") or ""),
             failed=bool(data.get("failed")),
+            on_expiry=str(data.get("on_expiry") or ""),
+            escalate_to=str(data.get("escalate_to") or ""),
         )
 
     def sentence(self) -> str:
@@ -144,6 +152,8 @@ class Rule:
     action: str
     message: str
     conditions: tuple[PolicyCondition, ...]
+    on_expiry: str = ""
+    escalate_to: str = ""
 
     def scope(self) -> str:
         tool = self.tool_name or "any tool"
@@ -167,6 +177,8 @@ def load_rules() -> list[Rule]:
             action=policy.action,
             message=policy.message,
             conditions=tuple(policy.conditions.all()),
+            on_expiry=policy.on_expiry,
+            escalate_to=policy.escalate_to,
         )
         for policy in policies.order_by("priority", "id")
     ]
@@ -222,6 +234,18 @@ def evaluate(rules: Sequence[Rule], call: Call, user: User) -> Verdict:
                 f"it would approve ({why}), but the tool's author requires a person",
                 rule.id,
                 rule.name,
+                on_expiry=rule.on_expiry,
+                escalate_to=rule.escalate_to,
+            )
+        if rule.action == PolicyAction.ASK:
+            return Verdict(
+                rule.action,
+                why,
+                rule.id,
+                rule.name,
+                rule.message,
+                on_expiry=rule.on_expiry,
+                escalate_to=rule.escalate_to,
             )
         return Verdict(rule.action, why, rule.id, rule.name, rule.message)
     return Verdict(PolicyAction.ASK, NO_RULE)
@@ -360,7 +384,7 @@ def call_for(agent_name: str, tool_name: str, arguments: Any, run_agent: str | N
     """The call the rules read, with whether its tool's author lets a rule approve it."""
     tool = registry.find_tool(run_agent, agent_name, tool_name)
     review = registry.declared_review(tool) if tool is not None else registry.Review()
-    return Call(agent_name, tool_name, arguments, review.auto_approve)
+    return Call(agent_name, tool_name, arguments, review.auto_approve, review)
 
 
 @dataclass(frozen=True)
@@ -497,7 +521,7 @@ class Gate:
 
 
 def _any_agent(rule: Rule) -> Rule:
-    return Rule(rule.id, rule.name, "", rule.tool_name, rule.action, rule.message, rule.conditions)
+    return replace(rule, agent_name="")
 
 
 async def aguard(agent: Agent[Any]) -> None:

@@ -177,6 +177,9 @@ class Risk(enum.StrEnum):
     IRREVERSIBLE = "irreversible"  # money sent, an email gone, an order cancelled
 
 
+# What may happen to a call nobody decided in time (`approvals.models.ExpiryAction`'s values).
+EXPIRY_ACTIONS = ("reject", "escalate", "approve")
+
 # A tool whose author declared nothing: it asks a person, so it is taken to matter. "low" would
 # lull the reviewer about a tool nobody described; "irreversible" would drown the tools whose
 # authors said so. The inbox says "not declared" beside it.
@@ -203,6 +206,12 @@ class Review:
     # Whether an approval policy may approve a call without a person (`engine.policies`); a
     # tool's author requires a person with `review(..., auto_approve=False)`.
     auto_approve: bool = True
+    # When nobody decides a call in time (`engine.runs.expire_overdue`): "reject", "escalate"
+    # (to the auth Group `escalate_to`) or "approve"; an approval policy's rule may say
+    # otherwise, and approve only where `expiry_approval`.
+    on_expiry: str = "reject"
+    escalate_to: str = ""
+    expiry_approval: bool = False
 
 
 # id(tool) -> (the tool, its declarations); the tool is kept so that its id stays its own.
@@ -220,6 +229,9 @@ def review(
     facts: FactsHook | None = None,
     editable: bool = True,
     auto_approve: bool = True,
+    on_expiry: str = "reject",
+    escalate_to: str = "",
+    expiry_approval: bool | None = None,
 ) -> Any:
     """Declare, for a tool (an SDK `FunctionTool`, or any tool object), what its reviewers
     read: `review(tool, risk="irreversible", money=["amount"], facts=hook)`, or
@@ -228,11 +240,25 @@ def review(
     approve, reject or answer as the tool). `auto_approve=False` lets no approval policy
     approve a call without a person (a policy may still reject it).
 
+    `on_expiry` says what happens when nobody decides a call in time: "reject" (the default),
+    "escalate" (the deadline is extended once by AGENTSITE_ESCALATION_SECONDS and the Django
+    auth Group named `escalate_to` is told; then it is rejected) or "approve". An approval
+    policy's rule may choose otherwise for the calls it sends to a person, but approve only
+    where `expiry_approval` (True by default only with `on_expiry="approve"`).
+
     Raises:
         ValueError: `risk` is not one of low, high, irreversible; `money` names an argument
-            the tool's JSON schema does not have.
+            the tool's JSON schema does not have; `on_expiry` is not one of reject, escalate,
+            approve, escalates to no group, or approves where `expiry_approval` is False.
     """
     level = Risk(risk)
+    if on_expiry not in EXPIRY_ACTIONS:
+        raise ValueError(f"review(on_expiry=...) is one of {', '.join(EXPIRY_ACTIONS)}")
+    if on_expiry == "escalate" and not escalate_to.strip():
+        raise ValueError("review(on_expiry='escalate') needs escalate_to, a group's name")
+    allowed = on_expiry == "approve" if expiry_approval is None else expiry_approval
+    if on_expiry == "approve" and not allowed:
+        raise ValueError("review(on_expiry='approve') with expiry_approval=False")
 
     def declare(target: _T) -> _T:
         schema = getattr(target, "params_json_schema", None) or {}
@@ -241,7 +267,16 @@ def review(
         if unknown:
             raise ValueError(f"review(money=...) names arguments the tool has not: {unknown}")
         declared = Review(
-            level, True, tuple(money), currency.upper(), facts, editable, auto_approve
+            level,
+            True,
+            tuple(money),
+            currency.upper(),
+            facts,
+            editable,
+            auto_approve,
+            on_expiry,
+            escalate_to.strip(),
+            allowed,
         )
         _reviews[id(target)] = (target, declared)
         return target

@@ -17,6 +17,10 @@ from django.utils import timezone
 class WebhookEvent(models.TextChoices):
     APPROVAL_CREATED = "approval.created", "approval.created: a call waits for a person"
     APPROVAL_DECIDED = "approval.decided", "approval.decided: a request was decided"
+    APPROVAL_ESCALATED = (
+        "approval.escalated",
+        "approval.escalated: nobody decided in time; a second group is asked",
+    )
     RUN_COMPLETED = "run.completed", "run.completed: a run finished with its answer"
     RUN_FAILED = "run.failed", "run.failed: a run ended without an answer"
 

@@ -108,6 +108,15 @@ def on_approval_decided(
     queue(WebhookEvent.APPROVAL_DECIDED, lambda: payloads.decision_data(request, decision))
 
 
+def on_approval_escalated(
+    sender: Any, request: ApprovalRequest, group_name: str, **kwargs: Any
+) -> None:
+    queue(
+        WebhookEvent.APPROVAL_ESCALATED,
+        lambda: {"request": payloads.request_data(request), "group": group_name},
+    )
+
+
 def on_run_completed(sender: Any, run_id: int, **kwargs: Any) -> None:
     queue(WebhookEvent.RUN_COMPLETED, lambda: payloads.run_data(run_id))
 
@@ -121,6 +130,7 @@ def connect() -> None:
     post_delete.connect(forget_subscribed, sender=WebhookEndpoint, dispatch_uid="webhooks.gone")
     signals.approval_created.connect(on_approval_created, dispatch_uid="webhooks.created")
     signals.approval_decided.connect(on_approval_decided, dispatch_uid="webhooks.decided")
+    signals.approval_escalated.connect(on_approval_escalated, dispatch_uid="webhooks.escalated")
     signals.run_completed.connect(on_run_completed, dispatch_uid="webhooks.completed")
     signals.run_failed.connect(on_run_failed, dispatch_uid="webhooks.failed")
     signals.server_loop_started.connect(delivery.on_server_loop, dispatch_uid="webhooks.loop")
