@@ -144,7 +144,10 @@ class DecisionIn(Schema):
 class DecisionOut(Schema):
     id: int
     request_id: int
-    kind: str = Field(description="approved, edited, rejected, responded, expired, withdrawn")
+    kind: str = Field(
+        description="approved, edited, rejected, responded, expired, expiry_approved (approved "
+        "by the tool's expiry policy: nobody decided in time), withdrawn"
+    )
     approved: bool
     reviewer: str | None
     policy_name: str

@@ -11,8 +11,10 @@ from engine import executor, runs
 
 class Command(BaseCommand):
     help = (
-        "Reject every approval request nobody decided in time (AGENTSITE_APPROVAL_TTL); "
-        "each run resumes and the agent tells the user the request expired."
+        "Apply the expiry policy of every approval request nobody decided in time "
+        "(AGENTSITE_APPROVAL_TTL): reject it (the default; the agent tells the user it "
+        "expired), escalate it once to a group, or approve it where the tool allows; and "
+        "send the reminders that are due."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
