@@ -25,6 +25,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `make test` spreads the tests over processes (pytest-xdist, `--dist loadgroup`). The
+    # clusters' release steps all run collectstatic into the one staticfiles/ folder, and a
+    # cluster is the heaviest thing the suite starts: the cluster's tests run one after the
+    # other, on one process.
+    for item in items:
+        if item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
 class RealModelCalled(AssertionError):
     pass
 
@@ -140,6 +150,7 @@ from tests.live import (  # noqa: E402,F401  (fixtures)
     browser,
     csp_problems,
     live_site,
+    module_chromium,
     page,
     screenshots,
 )
