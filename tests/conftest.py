@@ -25,14 +25,24 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # `make test` spreads the tests over processes (pytest-xdist, `--dist loadgroup`). The
-    # clusters' release steps all run collectstatic into the one staticfiles/ folder, and a
-    # cluster is the heaviest thing the suite starts: the cluster's tests run one after the
-    # other, on one process.
-    for item in items:
-        if item.get_closest_marker("cluster"):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test` spreads each pass over processes (pytest-xdist, `--dist loadscope`): a
+    module's tests run together on one process, so its module-scoped fixtures (a browser, a
+    cluster) start once; and the modules whose name says cluster are one unit, run one after
+    the other on one process: their clusters' release steps all run collectstatic into the
+    one staticfiles/ folder, and a cluster is the heaviest thing the suite starts. (xdist's
+    own `loadgroup` marks no longer reach pytest 9's node ids.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "cluster" if "cluster" in module.rsplit("/", 1)[-1] else module
+
+    return ByModule(config, log)
 
 
 class RealModelCalled(AssertionError):
