@@ -148,6 +148,16 @@ def traces(settings: Any) -> Iterator[Traces]:
 
 
 @pytest.fixture(autouse=True)
+def no_outage_left_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with the channel layer taken as answering: an outage a test before it
+    provoked (engine/events.py drops events for up to RETRY_MOST_SECONDS after a failed
+    publish) would drop this test's events, on whichever process runs them next."""
+    from engine import events
+
+    monkeypatch.setattr(events, "_outage", events._Outage())
+
+
+@pytest.fixture(autouse=True)
 def plain_static_storage(settings: Any) -> None:
     """Pages render without `collectstatic` having built a manifest."""
     settings.STORAGES = {
