@@ -49,11 +49,15 @@ system-packages:
 
 # The whole suite on SQLite, then again (less the browser tests, the tests of agentsite's
 # SQLite backend, and the cluster's tests, which bring their own PostgreSQL) on a throwaway
-# PostgreSQL server, where row locks and concurrent transactions behave differently.
+# PostgreSQL server, where row locks and concurrent transactions behave differently. Each pass
+# spreads its tests over TEST_PROCESSES processes (pytest-xdist; most tests wait on servers,
+# browsers and workers they start), each with its own test database; the cluster's tests stay
+# on one of them (tests/conftest.py).
+TEST_PROCESSES ?= 2
 test: $(STAMP) system-packages
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope
 	scripts/with-postgres $(BIN)/python -m pytest -m "not browser and not sqlite and not cluster" \
-		-p no:cacheprovider
+		-p no:cacheprovider -n $(TEST_PROCESSES) --dist loadscope
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

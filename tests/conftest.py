@@ -25,6 +25,26 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test` spreads each pass over processes (pytest-xdist, `--dist loadscope`): a
+    module's tests run together on one process, so its module-scoped fixtures (a browser, a
+    cluster) start once; and the modules whose name says cluster are one unit, run one after
+    the other on one process: their clusters' release steps all run collectstatic into the
+    one staticfiles/ folder, and a cluster is the heaviest thing the suite starts. (xdist's
+    own `loadgroup` marks no longer reach pytest 9's node ids.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "cluster" if "cluster" in module.rsplit("/", 1)[-1] else module
+
+    return ByModule(config, log)
+
+
 class RealModelCalled(AssertionError):
     pass
 
@@ -139,6 +159,16 @@ def no_cached_rules() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def no_outage_left_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with the channel layer taken as answering: an outage a test before it
+    provoked (engine/events.py drops events for up to RETRY_MOST_SECONDS after a failed
+    publish) would drop this test's events, on whichever process runs them next."""
+    from engine import events
+
+    monkeypatch.setattr(events, "_outage", events._Outage())
+
+
+@pytest.fixture(autouse=True)
 def plain_static_storage(settings: Any) -> None:
     """Pages render without `collectstatic` having built a manifest."""
     settings.STORAGES = {
@@ -151,6 +181,7 @@ from tests.live import (  # noqa: E402,F401  (fixtures)
     browser,
     csp_problems,
     live_site,
+    module_chromium,
     page,
     screenshots,
 )

@@ -189,31 +189,46 @@ def csp_problems() -> Iterator[list[str]]:
     assert not problems, "Content Security Policy problems:\n" + "\n".join(problems)
 
 
-@pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch, csp_problems: list[str]) -> Iterator[Any]:
-    """A headless Chromium for one test; every context it opens is watched (`watch_csp`).
+@pytest.fixture(scope="module")
+def module_chromium() -> Iterator[Any]:
+    """One headless Chromium for a module's browser tests (a launch is a second or two of
+    wall time and of CPU); each test gets it through `browser`.
 
-    Playwright's sync API keeps an event loop running in this thread, which makes Django
-    refuse the ORM here; the test's own ORM calls are still plain sync code, so that check
-    is lifted for the test alone. One browser per test, so no loop outlives its test.
+    Playwright's sync API keeps an event loop running in this thread while it is open, which
+    makes Django refuse the ORM here; the tests' own ORM calls are still plain sync code, so
+    that check is lifted for as long as the browser is open: the module's tests (all browser
+    tests) and their fixtures. Module-scoped, so no loop outlives the browser tests' module.
     """
     from playwright.sync_api import sync_playwright
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        new_context = chromium.new_context
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            )
+            yield chromium
+            chromium.close()
 
-        def watched_context(**kwargs: Any) -> Any:
-            context = new_context(**kwargs)
-            watch_csp(context, csp_problems)
-            return context
 
-        monkeypatch.setattr(chromium, "new_context", watched_context)
-        yield chromium
-        chromium.close()
+@pytest.fixture
+def browser(
+    module_chromium: Any, monkeypatch: pytest.MonkeyPatch, csp_problems: list[str]
+) -> Iterator[Any]:
+    """The module's Chromium for one test: every context it opens is watched (`watch_csp`)
+    into this test's `csp_problems`, and closed when the test ends (cookies, pages and
+    sockets with it), so the next test starts with none."""
+    new_context = module_chromium.new_context
+
+    def watched_context(**kwargs: Any) -> Any:
+        context = new_context(**kwargs)
+        watch_csp(context, csp_problems)
+        return context
+
+    monkeypatch.setattr(module_chromium, "new_context", watched_context)
+    yield module_chromium
+    for context in list(module_chromium.contexts):
+        context.close()
 
 
 @pytest.fixture

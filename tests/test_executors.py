@@ -139,6 +139,10 @@ def test_it_runs_an_approval_cycle_on_a_db_worker(
     # The worker ran both jobs, not this process.
     from django_tasks_db.models import DBTaskResult
 
+    # Each task row is marked a moment after its run's end (the worker records it next).
+    deadline = time.monotonic() + TIMEOUT
+    while DBTaskResult.objects.filter(finished_at=None).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     done = DBTaskResult.objects.order_by("enqueued_at").values_list("task_path", "status")
     assert list(done) == [
         ("engine.tasks.execute_run", "SUCCESSFUL"),

@@ -318,6 +318,8 @@ def wait_for_the_run_to_end(words: str, timeout: float = 20.0) -> None:
         f"Incorrect API key provided: ****{CANARY[-6:]}.",
         f"the key ending in {TAIL} was refused",
     ],
+    # Named, not by the random canary: every process of a run (pytest-xdist) collects the same.
+    ids=["the key", "openai's echo", "its last six", "its last eight"],
 )
 def test_it_masks_the_key_an_echo_of_it_and_its_end(said: str) -> None:
     masked = mask_key(said, CANARY)
