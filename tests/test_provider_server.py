@@ -212,15 +212,26 @@ async def test_it_retries_a_429_after_the_wait_it_names(local_provider: LocalPro
     assert attempts == [0, 1]
 
 
-async def test_it_says_a_429_as_openai_does(local_provider: LocalProvider) -> None:
+async def test_it_says_a_429_as_openai_does(
+    local_provider: LocalProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
     local_provider.always(fail(429, retry_after=0.05))
-    started = time.monotonic()
+    # What the client chose to wait before each retry (not how long it took: the machine's
+    # load is no part of the answer).
+    waits: list[float] = []
+    chosen = openai._base_client.BaseClient._calculate_retry_timeout
+
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> float:
+        waits.append(chosen(self, *args, **kwargs))
+        return waits[-1]
+
+    monkeypatch.setattr(openai._base_client.BaseClient, "_calculate_retry_timeout", recorded)
 
     with pytest.raises(openai.RateLimitError) as raised:
         await streamed_words(client(local_provider, retries=2), "responses", [])
 
     assert len(local_provider.requests) == 3
-    assert time.monotonic() - started < 0.5  # two waits of 50 ms, not 0.5 s + 1 s of backoff
+    assert waits == [0.05, 0.05]  # the server's retry-after-ms, not 0.5 s + 1 s of backoff
     error = raised.value
     assert error.status_code == 429
     assert error.code == "rate_limit_exceeded"

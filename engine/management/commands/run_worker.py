@@ -65,10 +65,19 @@ class ConcurrentWorker(db_worker.Worker):
     """django-tasks-db's `Worker`, whose `run_task` starts the task it is given and returns
     (waiting first while `concurrency` tasks are in flight) instead of running it through."""
 
-    def __init__(self, *, concurrency: int, max_tasks: int | None, **options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        concurrency: int,
+        max_tasks: int | None,
+        busy_lag: float = LOOP_BUSY_LAG_SECONDS,
+        **options: Any,
+    ) -> None:
         # The base counts tasks as they end; here they are counted as they are claimed.
         super().__init__(max_tasks=None, **options)
         self.concurrency = concurrency
+        # How late a tick of the runs' loop is busy; 0: never (claims up to the concurrency).
+        self.busy_lag = busy_lag
         self.claim_limit = max_tasks
         self._claimed = 0
         self._signalled = False
@@ -178,8 +187,10 @@ class ConcurrentWorker(db_worker.Worker):
 
     def loop_busy(self) -> bool:
         """Whether the runs' loop is computing now (its tick is overdue) or was lately."""
+        if not self.busy_lag:
+            return False
         now = time.monotonic()
-        overdue = now - self._ticked_at > LOOP_TICK_SECONDS + LOOP_BUSY_LAG_SECONDS
+        overdue = now - self._ticked_at > LOOP_TICK_SECONDS + self.busy_lag
         return overdue or now - self._late_at < LOOP_BUSY_WINDOW_SECONDS
 
     async def _tick(self) -> None:
@@ -188,7 +199,7 @@ class ConcurrentWorker(db_worker.Worker):
             before = time.monotonic()
             await asyncio.sleep(LOOP_TICK_SECONDS)
             self._ticked_at = now = time.monotonic()
-            if now - before - LOOP_TICK_SECONDS > LOOP_BUSY_LAG_SECONDS:
+            if now - before - LOOP_TICK_SECONDS > self.busy_lag:
                 self._late_at = now
 
     @staticmethod
@@ -305,6 +316,15 @@ class Command(db_worker.Command):
             help="The most tasks in flight at once (default: AGENTSITE_WORKER_CONCURRENCY, "
             f"{settings.AGENTSITE_WORKER_CONCURRENCY})",
         )
+        parser.add_argument(
+            "--busy-lag",
+            type=float,
+            default=LOOP_BUSY_LAG_SECONDS,
+            metavar="SECONDS",
+            help="How late a 10 ms tick of the runs' loop means it is busy computing, so the "
+            "worker claims no more while it is (default: %(default)s); 0: never busy, claim "
+            "up to the concurrency whatever the load (a machine shared with other work).",
+        )
 
     def handle(  # type: ignore[override]
         self,
@@ -315,6 +335,7 @@ class Command(db_worker.Command):
         reload: bool,
         batch: bool,
         concurrency: int | None,
+        busy_lag: float,
         **options: Any,
     ) -> None:
         self.configure_logging(verbosity)
@@ -341,6 +362,7 @@ class Command(db_worker.Command):
             startup_delay=options["startup_delay"],
             max_tasks=options["max_tasks"],
             worker_id=options["worker_id"],
+            busy_lag=max(0.0, busy_lag),
         )
         if reload:
             if os.environ.get(DJANGO_AUTORELOAD_ENV) == "true":
