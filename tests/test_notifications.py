@@ -580,3 +580,105 @@ def test_admin_lists_preferences_and_notifications() -> None:
     assert client.get("/admin/notifications/notificationpreference/").status_code == 200
     page = client.get("/admin/notifications/notification/")
     assert page.status_code == 200 and "a new request" in page.content.decode()
+
+
+# --- a real SMTP server on 127.0.0.1 ---------------------------------------------------------
+
+
+class SmtpServer:
+    """A minimal SMTP server: what it was sent, and how it answers DATA (`codes` in turn, the
+    last repeats: 451 is a temporary refusal)."""
+
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+        self.codes = [250]
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                with conn, conn.makefile("rb") as lines:
+                    self.session(conn, lines)
+
+    def session(self, conn: socket.socket, lines: Any) -> None:
+        conn.sendall(b"220 test ESMTP\r\n")
+        while line := lines.readline():
+            verb = line[:4].upper()
+            if verb in (b"EHLO", b"HELO"):
+                conn.sendall(b"250 test\r\n")
+            elif verb == b"DATA":
+                conn.sendall(b"354 go on\r\n")
+                body = b""
+                while (chunk := lines.readline()) not in (b".\r\n", b""):
+                    body += chunk
+                code = self.codes[min(len(self.messages), len(self.codes) - 1)]
+                self.messages.append(body)
+                conn.sendall(b"250 queued\r\n" if code == 250 else b"451 try later\r\n")
+            elif verb == b"QUIT":
+                conn.sendall(b"221 bye\r\n")
+                return
+            else:
+                conn.sendall(b"250 ok\r\n")
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def smtp(settings: Any) -> Iterator[SmtpServer]:
+    server = SmtpServer()
+    settings.MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+            "OPTIONS": {"host": "127.0.0.1", "port": server.port, "timeout": 5.0},
+        }
+    }
+    yield server
+    server.close()
+
+
+def test_an_email_goes_over_smtp_and_a_temporary_refusal_is_retried(
+    smtp: SmtpServer, settings: Any
+) -> None:
+    settings.AGENTSITE_EMAIL_BACKOFF_SECONDS = [0]
+    smtp.codes = [451, 250]
+    opted_in()
+    announce(make_request())
+    sending.send_all_due()  # refused, then at once (a wait of 0) sent
+    row = Notification.objects.get()
+    assert (row.status, row.attempts) == (NotificationStatus.SENT, 2)
+    assert len(smtp.messages) == 2
+    sent = smtp.messages[-1].decode()
+    assert "To: rita@example.com" in sent
+    assert "multipart/alternative" in sent and "text/html" in sent
+    assert "Auto-Submitted: auto-generated" in sent
+
+
+def test_rounds_sending_at_once_send_each_notification_once() -> None:
+    from django.db import connections
+
+    reviewers = [opted_in(f"r{n}") for n in range(4)]
+    for _ in range(3):
+        announce(make_request())
+    assert Notification.objects.count() == 3 * len(reviewers)
+    start = threading.Barrier(3)
+
+    def send() -> None:
+        try:
+            start.wait(5)
+            sending.send_all_due()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(mail.outbox) == 12  # each row once, whichever round won it
+    assert set(Notification.objects.values_list("status", flat=True)) == {NotificationStatus.SENT}
+    assert set(Notification.objects.values_list("attempts", flat=True)) == {1}
