@@ -103,12 +103,17 @@ def claim_due(limit: int = BATCH) -> tuple[str, list[Notification]]:
         attempts=F("attempts") + 1,
         due_at=now + lease(),
     )
-    won = (
+    won = list(
         Notification.objects.filter(claim=token, status=NotificationStatus.SENDING)
         .select_related("user", "request__run__requested_by", "request__run__conversation__owner")
         .order_by("due_at", "pk")
     )
-    return token, list(won)
+    # A row whose user or request is gone (deleted outside Django: there is no database
+    # constraint) is never loaded by the join above: skipped, not claimed again forever.
+    Notification.objects.filter(claim=token, status=NotificationStatus.SENDING).exclude(
+        pk__in=[row.pk for row in won]
+    ).update(status=NotificationStatus.SKIPPED)
+    return token, won
 
 
 def _still_wanted(row: Notification) -> bool:

@@ -682,3 +682,39 @@ def test_rounds_sending_at_once_send_each_notification_once() -> None:
     assert len(mail.outbox) == 12  # each row once, whichever round won it
     assert set(Notification.objects.values_list("status", flat=True)) == {NotificationStatus.SENT}
     assert set(Notification.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_the_server_loop_starts_the_sending_timer_in_inprocess_mode_only(settings: Any) -> None:
+    from engine import sweeper
+    from webhooks import delivery
+
+    settings.AGENTSITE_SWEEP_SECONDS = 0
+
+    async def bind() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        sweeper.start(loop)  # what `executor.bind_server_loop` calls: server_loop_started
+        started = sending.start_timer(loop) is None  # already sending on this loop
+        for stop in (sending.stop_timer, delivery.stop_timer):
+            task = stop(loop)
+            assert task is not None
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        settings.AGENTSITE_EXECUTOR = "tasks"
+        sweeper.start(loop)
+        idle = sending.stop_timer(loop) is None  # the workers send instead
+        return started, idle
+
+    assert asyncio.run(bind()) == (True, True)
+
+
+def test_a_row_whose_request_is_gone_is_skipped_not_claimed_forever() -> None:
+    opted_in()
+    request = make_request()
+    announce(request)
+    row = Notification.objects.get()
+    Notification.objects.filter(pk=row.pk).update(request_id=request.pk + 1000)  # an orphan
+    sending.send_all_due()
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == (NotificationStatus.SKIPPED, 1)
+    assert sending.send_all_due() == 0
+    assert mail.outbox == []
