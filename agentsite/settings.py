@@ -191,6 +191,7 @@ INSTALLED_APPS = [
     "ninja",  # the API's docs page, from django-ninja's vendored Swagger UI (no CDN)
     "engine",
     "webhooks",
+    "notifications",
     "demo",
     "django_tasks_db",
     "axes",
@@ -539,3 +540,50 @@ AGENTSITE_ESCALATION_SECONDS = env_int("AGENTSITE_ESCALATION_SECONDS", AGENTSITE
 AGENTSITE_APPROVAL_REMINDER_SECONDS = env_int(
     "AGENTSITE_APPROVAL_REMINDER_SECONDS", min(3600, AGENTSITE_APPROVAL_TTL // 10)
 )
+
+# --- Email notifications -------------------------------------------------------------------
+# Reviewers choose in /account/notifications/ (docs/notifications.md). Mail goes through
+# Django's email framework, as Django 6.1 configures it (MAILERS; its EMAIL_* settings are
+# deprecated): printed on the console until EMAIL_HOST names an SMTP server.
+_email_host = env_str("EMAIL_HOST")
+# STARTTLS (port 587); EMAIL_USE_SSL for implicit TLS (port 465). Not both.
+_email_use_tls = env_bool("EMAIL_USE_TLS", True)
+_email_use_ssl = env_bool("EMAIL_USE_SSL", False)
+if _email_use_tls and _email_use_ssl:
+    raise ImproperlyConfigured(
+        "EMAIL_USE_TLS and EMAIL_USE_SSL are both on: choose one (TLS for 587, SSL for 465)."
+    )
+# Seconds the SMTP server may take to connect and to answer each command.
+EMAIL_SEND_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0)
+MAILERS: dict[str, dict[str, Any]] = {
+    "default": {
+        "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "OPTIONS": {
+            "host": _email_host,
+            "port": env_int("EMAIL_PORT", 587),
+            "username": env_str("EMAIL_HOST_USER"),
+            "password": env_str("EMAIL_HOST_PASSWORD"),
+            "use_tls": _email_use_tls,
+            "use_ssl": _email_use_ssl,
+            "timeout": EMAIL_SEND_TIMEOUT,
+        },
+    }
+    if _email_host
+    else {"BACKEND": "django.core.mail.backends.console.EmailBackend"}
+}
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agentsite <agentsite@localhost>")
+# The site's address as reviewers reach it, for the links in emails (they must be absolute).
+AGENTSITE_EMAIL_SITE_URL = (
+    env_str("AGENTSITE_EMAIL_SITE_URL") or AGENTSITE_WEBHOOK_SITE_URL or "http://127.0.0.1:8000"
+)
+# How long an email's link to its request opens the page (it never decides anything).
+AGENTSITE_EMAIL_LINK_SECONDS = env_int("AGENTSITE_EMAIL_LINK_SECONDS", 24 * 3600)
+# Attempts of one email before its notifications are recorded failed, and the waits between.
+AGENTSITE_EMAIL_MAX_ATTEMPTS = env_int("AGENTSITE_EMAIL_MAX_ATTEMPTS", 5)
+AGENTSITE_EMAIL_BACKOFF_SECONDS = [
+    _webhook_step("AGENTSITE_EMAIL_BACKOFF_SECONDS", step)
+    for step in env_list("AGENTSITE_EMAIL_BACKOFF_SECONDS", ["30", "120", "600", "1800"])
+]
+# With AGENTSITE_EXECUTOR=inprocess, the web server looks for due emails this often (digests
+# fall due on it; it is also woken as one is queued); 0: off, run `send_notifications` by cron.
+AGENTSITE_EMAIL_POLL_SECONDS = env_float("AGENTSITE_EMAIL_POLL_SECONDS", 30.0)

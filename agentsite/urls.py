@@ -13,4 +13,5 @@ urlpatterns = [
     path("", include("approvals.urls")),
     path("", include("tracing.urls")),
     path("", include("api.urls")),
+    path("", include("notifications.urls")),
 ]

@@ -24,6 +24,7 @@ PACKAGES = (
     "demo",
     "api",
     "webhooks",
+    "notifications",
 )
 
 # The one agent of a deployment without the demo (tests/settings_without_demo.py).
