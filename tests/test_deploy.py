@@ -26,6 +26,8 @@ PRODUCTION = {
     "SESSION_COOKIE_SECURE": "1",
     "CSRF_COOKIE_SECURE": "1",
     "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https",
+    # A real mail server: Django's deployment check refuses the console backend (mail.E001).
+    "EMAIL_HOST": "smtp.example.com",
 }
 SECURITY_VARIABLES = [
     name for name in PRODUCTION if name.startswith(("SECURE_", "SESSION_", "CSRF_"))

@@ -28,6 +28,8 @@ MUST_SET = {
     "AGENTSITE_EXECUTOR",  # runs in workers
     "AGENTSITE_SESSION_ENCRYPTION_KEY",  # conversations encrypted at rest
     "OPENAI_API_KEY",  # a real model
+    "DEFAULT_FROM_EMAIL",  # the emails' sender, at the site's own domain
+    "AGENTSITE_EMAIL_SITE_URL",  # the emails' links are absolute: the site's address
 }
 # Values a team replaces (`<...>`), filled in here to check the rest.
 FILLED = {
