@@ -20,24 +20,22 @@ at their time; anywhere, `manage.py send_notifications` (cron).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import functools
 import logging
 import random
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives, mailers
-from django.db import connection, connections, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from approvals import explain
+from common import outbox
 from engine.permissions import is_reviewer
 from notifications import mail
 from notifications.models import Notification, NotificationStatus
@@ -226,13 +224,6 @@ def record(email: Email, error: str) -> datetime | None:
     return retry_at
 
 
-def _release() -> None:
-    """Give this thread's connection back before talking to the mail server (not inside a
-    transaction: then it is the caller's)."""
-    if not connection.in_atomic_block:
-        connection.close()
-
-
 def send_due(limit: int = BATCH) -> int:
     """One round: claim, render, send, record. How many rows it claimed."""
     token, rows = claim_due(limit)
@@ -251,7 +242,7 @@ def send_due(limit: int = BATCH) -> int:
     for email in batch:
         if email.message is None:
             record(email, "")
-    _release()
+    outbox.release_connection()  # before talking to the mail server
     for email, error in deliver(batch):
         record(email, error)
     return len(rows)
@@ -269,109 +260,41 @@ def send_all_due(*, rounds: int = 1000) -> int:
     return claimed
 
 
-# --- who is told to send --------------------------------------------------------------------
+# --- who is told to send (common/outbox.py) ----------------------------------------------
 
-Enqueue = Callable[[datetime | None], None]
-
-
-class _Wiring:
-    enqueue: Enqueue | None = None
-
-
-_wiring = _Wiring()
+_sender = outbox.Sender(
+    label="Notifications",
+    round=lambda: send_all_due(),
+    poll_setting="AGENTSITE_EMAIL_POLL_SECONDS",
+    thread_name="agentsite-email",
+)
+Enqueue = outbox.Enqueue
 
 
 def configure(*, enqueue: Enqueue) -> None:
     """The task enqueuer for the "tasks" mode (once, at startup: `notifications.apps`)."""
-    _wiring.enqueue = enqueue
+    _sender.configure(enqueue=enqueue)
 
 
 def announce(at: datetime | None = None) -> None:
-    """Rows written in the current transaction are due at `at` (None: now): have them sent.
-    With the "tasks" executor a task is enqueued in this very transaction (django-tasks-db's
-    rows live beside ours: both commit, or neither); with "inprocess", this process's timer is
-    woken for that time once it commits. A row nobody was told of is still sent by the next
-    timer tick or `send_notifications`."""
-    if at is not None and at <= timezone.now():
-        at = None
-    if settings.AGENTSITE_EXECUTOR == "tasks":
-        if _wiring.enqueue is not None:
-            _wiring.enqueue(at)
-        return
-    transaction.on_commit(functools.partial(_wake_timer, at))
+    """Rows written in the current transaction are due at `at` (None: now): have them sent,
+    by a task enqueued in this very transaction ("tasks") or by this process's timer, woken
+    for that time once it commits ("inprocess"). A row nobody was told of is still sent by
+    the next timer tick or `send_notifications`."""
+    _sender.announce(at)
 
 
-class _Timer:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.wake = asyncio.Event()
-        # Rounds run on a thread of their own: the loop's default executor is the process's
-        # hop threads, which SMTP must never hold.
-        self.sender = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="agentsite-email"
-        )
-        self.task: asyncio.Task[None] | None = None
-
-    def wake_at(self, at: datetime | None) -> None:
-        delay = 0.0 if at is None else max(0.0, (at - timezone.now()).total_seconds())
-        with contextlib.suppress(RuntimeError):  # the loop closed
-            self.loop.call_soon_threadsafe(self._wake_after, delay)
-
-    def _wake_after(self, delay: float) -> None:
-        if delay <= 0:
-            self.wake.set()
-        else:
-            self.loop.call_later(delay, self.wake.set)
-
-    async def run(self, every: float) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), every)
-            self.wake.clear()
-            try:
-                await self.loop.run_in_executor(self.sender, _rounds_on_thread)
-            except Exception:
-                logger.exception("[non-fatal] Notifications: a sending round failed")
-
-
-def _rounds_on_thread() -> None:
-    try:
-        send_all_due()
-    finally:
-        connections.close_all()
-
-
-_timers: dict[asyncio.AbstractEventLoop, _Timer] = {}
-
-
-def _wake_timer(at: datetime | None) -> None:
-    for timer in list(_timers.values()):
-        timer.wake_at(at)
-
-
-def start_timer(loop: asyncio.AbstractEventLoop) -> _Timer | None:
+def start_timer(loop: asyncio.AbstractEventLoop) -> Any:
     """Send on `loop`'s timer (the "inprocess" mode's web server); None when it already does,
     when workers send ("tasks") or when polling is off."""
-    every = settings.AGENTSITE_EMAIL_POLL_SECONDS
-    if loop in _timers or settings.AGENTSITE_EXECUTOR != "inprocess" or every <= 0:
-        return None
-    timer = _Timer(loop)
-    _timers[loop] = timer
-    timer.task = loop.create_task(timer.run(every))
-    timer.task.add_done_callback(lambda _: _timers.pop(loop, None))
-    return timer
+    return _sender.start_timer(loop)
 
 
 def on_server_loop(sender: Any, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
-    start_timer(loop)
+    _sender.start_timer(loop)
 
 
 def stop_timer(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
     """Stop sending on `loop`'s timer (tests; a server's loop ends with its process). Call it
     on `loop`; returns the cancelled task, to await."""
-    timer = _timers.pop(loop, None)
-    if timer is None or timer.task is None:
-        return None
-    timer.task.cancel()
-    timer.sender.shutdown(wait=False)
-    return timer.task
+    return _sender.stop_timer(loop)

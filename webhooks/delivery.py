@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import http.client
 import itertools
 import logging
@@ -30,16 +29,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 from django.db.models import Min
 from django.utils import timezone
 
+from common import outbox
 from webhooks import signing
 from webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
 
@@ -319,17 +318,10 @@ class _Senders:
         if (failed := future.exception()) is not None:
             logger.error("[non-fatal] A webhook attempt failed to run: %r", failed)
         # A thread is free: more may be due.
-        _wake_timer(None)
+        _sender.wake_timers()
 
 
 _senders = _Senders()
-
-
-def _release() -> None:
-    """Give this thread's connection back before waiting on HTTP (not inside a transaction:
-    then it is the caller's)."""
-    if not connection.in_atomic_block:
-        connection.close()
 
 
 def deliver_due(*, wait: bool = True) -> int:
@@ -337,7 +329,7 @@ def deliver_due(*, wait: bool = True) -> int:
     `wait`, return once they are recorded; else at once (the server's timer). Returns how
     many attempts were started."""
     claims = claim_due(_senders.free())
-    _release()
+    outbox.release_connection()  # before waiting on HTTP
     futures = [_senders.submit(claim) for claim in claims]
     if wait:
         concurrent.futures.wait(futures)
@@ -356,107 +348,41 @@ def deliver_all_due(*, rounds: int = 1000) -> int:
     return made
 
 
-# --- who is told to deliver -----------------------------------------------------------------
+# --- who is told to deliver (common/outbox.py) -------------------------------------------
 
-Enqueue = Callable[[datetime | None], None]
-
-
-class _Wiring:
-    enqueue: Enqueue | None = None
-
-
-_wiring = _Wiring()
+_sender = outbox.Sender(
+    label="Webhooks",
+    round=lambda: deliver_due(wait=False),
+    poll_setting="AGENTSITE_WEBHOOK_POLL_SECONDS",
+    thread_name="agentsite-webhook-claim",
+)
+Enqueue = outbox.Enqueue
 
 
 def configure(*, enqueue: Enqueue) -> None:
     """The task enqueuer for the "tasks" mode (once, at startup: `webhooks.apps`)."""
-    _wiring.enqueue = enqueue
+    _sender.configure(enqueue=enqueue)
 
 
 def announce(at: datetime | None = None) -> None:
     """Deliveries written in the current transaction are due now (or at `at`): have them
-    sent. With the "tasks" executor, a delivery task is enqueued in this very transaction
-    (django-tasks-db's rows live beside ours: both commit, or neither); with "inprocess",
-    this process's timer is woken once it commits. A delivery nobody was told of is still
-    sent by the next timer tick or `deliver_webhooks`."""
-    if settings.AGENTSITE_EXECUTOR == "tasks":
-        if _wiring.enqueue is not None:
-            _wiring.enqueue(at)
-        return
-    transaction.on_commit(functools.partial(_wake_timer, at))
+    sent, by a task enqueued in this very transaction ("tasks") or by this process's timer
+    once it commits ("inprocess"). One nobody was told of is still sent by the next timer
+    tick or `deliver_webhooks`."""
+    _sender.announce(at)
 
 
-class _Timer:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.wake = asyncio.Event()
-        # Rounds claim on a thread of their own: the loop's default executor is the
-        # process's hop threads, which HTTP must never hold.
-        self.claimer = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="agentsite-webhook-claim"
-        )
-        self.task: asyncio.Task[None] | None = None
-
-    def wake_at(self, at: datetime | None) -> None:
-        delay = 0.0 if at is None else max(0.0, (at - timezone.now()).total_seconds())
-        with contextlib.suppress(RuntimeError):  # the loop closed
-            self.loop.call_soon_threadsafe(self._wake_after, delay)
-
-    def _wake_after(self, delay: float) -> None:
-        if delay <= 0:
-            self.wake.set()
-        else:
-            self.loop.call_later(delay, self.wake.set)
-
-    async def run(self, every: float) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), every)
-            self.wake.clear()
-            try:
-                await self.loop.run_in_executor(self.claimer, functools.partial(_round_on_thread))
-            except Exception:
-                logger.exception("[non-fatal] Webhooks: a delivery round failed")
-
-
-def _round_on_thread() -> None:
-    try:
-        deliver_due(wait=False)
-    finally:
-        connections.close_all()
-
-
-_timers: dict[asyncio.AbstractEventLoop, _Timer] = {}
-
-
-def _wake_timer(at: datetime | None) -> None:
-    for timer in list(_timers.values()):
-        timer.wake_at(at)
-
-
-def start_timer(loop: asyncio.AbstractEventLoop) -> _Timer | None:
+def start_timer(loop: asyncio.AbstractEventLoop) -> Any:
     """Deliver on `loop`'s timer (the "inprocess" mode's web server); None when it already
     does, when workers deliver ("tasks") or when polling is off."""
-    every = settings.AGENTSITE_WEBHOOK_POLL_SECONDS
-    if loop in _timers or settings.AGENTSITE_EXECUTOR != "inprocess" or every <= 0:
-        return None
-    timer = _Timer(loop)
-    _timers[loop] = timer
-    timer.task = loop.create_task(timer.run(every))
-    timer.task.add_done_callback(lambda _: _timers.pop(loop, None))
-    return timer
+    return _sender.start_timer(loop)
 
 
 def on_server_loop(sender: Any, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
-    start_timer(loop)
+    _sender.start_timer(loop)
 
 
 def stop_timer(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
     """Stop delivering on `loop`'s timer (tests; a server's loop ends with its process). Call
     it on `loop`; returns the cancelled task, to await."""
-    timer = _timers.pop(loop, None)
-    if timer is None or timer.task is None:
-        return None
-    timer.task.cancel()
-    timer.claimer.shutdown(wait=False)
-    return timer.task
+    return _sender.stop_timer(loop)
