@@ -96,27 +96,27 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return _error(request, 404, "Not found.", "not_found")
 
 
+# What each refusal of `runs.decide` is, over HTTP: the first class that matches (subclasses
+# before their bases: a withdrawn request is also "already decided").
+REFUSALS: list[tuple[type[runs.DecisionRefused], int, str]] = [
+    (runs.NeedsAnotherReviewer, 403, "needs_another_reviewer"),
+    (runs.NotAllowed, 403, "not_allowed"),
+    (runs.RequestWithdrawn, 410, "withdrawn"),
+    (runs.AlreadyDecided, 409, "already_decided"),
+    (runs.RequestExpired, 410, "expired"),
+    (runs.RequestClosed, 410, "closed"),
+    (runs.StaleArguments, 409, "stale_arguments"),
+    (runs.InvalidDecision, 422, "invalid_decision"),
+]
+
+
 def _refusal(refusal: runs.DecisionRefused) -> ApiError:
     """The status and code of a refusal of `runs.decide`, with its own message."""
-    message = str(refusal)
-    if isinstance(refusal, runs.NeedsAnotherReviewer):
-        return ApiError(403, message, "needs_another_reviewer")
-    if isinstance(refusal, runs.NotAllowed):
-        return ApiError(403, message, "not_allowed")
-    if isinstance(refusal, runs.RequestWithdrawn):
-        return ApiError(410, message, "withdrawn")
-    if isinstance(refusal, runs.AlreadyDecided):
-        return ApiError(409, message, "already_decided")
-    if isinstance(refusal, runs.RequestExpired):
-        return ApiError(410, message, "expired")
-    if isinstance(refusal, runs.RequestClosed):
-        return ApiError(410, message, "closed")
-    if isinstance(refusal, runs.StaleArguments):
-        return ApiError(409, message, "stale_arguments")
-    if isinstance(refusal, runs.InvalidDecision):
-        return ApiError(422, message, "invalid_decision")
+    for kind, status, code in REFUSALS:
+        if isinstance(refusal, kind):
+            return ApiError(status, str(refusal), code)
     # The arguments were changed outside agentsite: a conflict with the stored call.
-    return ApiError(409, message, "refused")
+    return ApiError(409, str(refusal), "refused")
 
 
 # --- paging ---------------------------------------------------------------------------------
