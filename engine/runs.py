@@ -1957,6 +1957,18 @@ def closed_reason(request: ApprovalRequest, now: Any) -> DecisionRefused | None:
             f"Nobody decided this request in time; it is being escalated to "
             f"{request.escalate_to}. Reload it in a minute."
         )
+    if (
+        request.status == ApprovalStatus.PENDING
+        and request.escalated_at is not None
+        and request.escalated_at >= now
+    ):
+        # The decision came while the request was overdue and lost to the sweep that
+        # escalated it: it is open again, under its new deadline.
+        until = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return RequestExpired(
+            f"Nobody decided this request in time, so it was escalated to "
+            f"{request.escalate_to} just now; it waits again until {until}. Reload it to decide."
+        )
     if request.status == ApprovalStatus.EXPIRED or request.expires_at <= now:
         expired_at = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         return RequestExpired(f"This request expired at {expired_at}; it can no longer be decided.")

@@ -463,3 +463,23 @@ def test_a_reminder_goes_out_once_before_the_deadline(
         expires_at=timezone.now() + timedelta(minutes=1)
     )
     assert runs.send_reminders() == 0 and reminded == [soon.pk]
+
+
+@pytest.mark.django_db
+def test_a_decision_that_lost_to_the_escalation_says_so() -> None:
+    """The order of the race the test above cannot force: the reviewer's decision began while
+    the request was overdue (`now`), and the sweep escalated it before her UPDATE (on
+    PostgreSQL her refusal then reads the escalated row: pending, open again). She is told it
+    was escalated and waits again, not "This request was pending; it can no longer be
+    decided" (seen in a fresh-clone CI run on PostgreSQL)."""
+    began = timezone.now()
+    request = overdue_escalating()
+    ApprovalRequest.objects.filter(pk=request.pk).update(
+        escalated_at=began + timedelta(milliseconds=5), expires_at=began + timedelta(days=1)
+    )
+    request.refresh_from_db()
+    refusal = runs.closed_reason(request, began)
+    assert isinstance(refusal, runs.RequestExpired)
+    assert "escalated to Supervisors just now; it waits again until" in str(refusal)
+    # Escalated before her decision began: open, nothing to refuse.
+    assert runs.closed_reason(request, began + timedelta(seconds=1)) is None
