@@ -24,6 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
+
+# Playwright's `expect` waits up to 15 s for what it expects (its default is 5 s): the suite
+# shares two cores between two test processes, their live servers and browsers, so a page
+# may take longer to show what it will show. What is expected stays the same.
+expect.set_options(timeout=15_000)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "docs" / "screenshots"

@@ -28,6 +28,12 @@ from agentsite.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+# Tests serve static files from the source tree (the live server's finders; the test process
+# serves none), never from a `collectstatic` folder: WhiteNoise would scan it at start-up,
+# while the cluster's tests, on the other test process, run their release's collectstatic
+# into the checkout's staticfiles/ (a file listed, then replaced: FileNotFoundError).
+STATIC_ROOT = Path(tempfile.gettempdir()) / "agentsite-tests-no-static-root"
+
 if DATABASES["default"]["ENGINE"] == "agentsite.db.sqlite":  # noqa: F405
     # A file per test process, not SQLite's shared-cache memory database: the session store
     # is used from several threads at once, and shared-cache locking skips the busy timeout.
