@@ -10,9 +10,12 @@ someone else might own).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -124,3 +127,31 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     stops it (an outage) starts its own with `running_redis`."""
     with running_redis(tmp_path_factory.mktemp("redis")) as server:
         yield server
+
+
+@contextmanager
+def outbox_timer(sender: Any) -> Iterator[asyncio.AbstractEventLoop]:
+    """A server loop running an outbox's sending timer (`sender`: webhooks.delivery or
+    notifications.sending), as the "inprocess" mode's web server runs it; stopped after."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> None:
+        assert sender.start_timer(loop) is not None
+
+    asyncio.run_coroutine_threadsafe(start(), loop).result(5)
+    try:
+        yield loop
+    finally:
+
+        async def stop() -> None:
+            task = sender.stop_timer(loop)
+            assert task is not None
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()

@@ -42,6 +42,7 @@ from tests.factories import (
     make_user,
     pause_run,
 )
+from tests.services import outbox_timer
 from tests.test_csp import inline_code
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
@@ -486,26 +487,8 @@ def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
 @pytest.fixture
 def timer() -> Iterator[asyncio.AbstractEventLoop]:
     """A server loop's sending timer, as the "inprocess" mode's web server runs it."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def start() -> None:
-        assert sending.start_timer(loop) is not None
-
-    asyncio.run_coroutine_threadsafe(start(), loop).result(5)
-    yield loop
-
-    async def stop() -> None:
-        task = sending.stop_timer(loop)
-        assert task is not None
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    loop.close()
+    with outbox_timer(sending) as loop:
+        yield loop
 
 
 def test_the_server_loops_timer_sends_a_committed_notification(

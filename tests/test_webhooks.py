@@ -31,6 +31,7 @@ from tests.factories import (
     pause_run,
     start_run,
 )
+from tests.services import outbox_timer
 from webhooks import delivery, outbox, signing
 from webhooks.models import (
     DeliveryStatus,
@@ -124,26 +125,8 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture
 def timer() -> Iterator[asyncio.AbstractEventLoop]:
     """A server loop's delivery timer, as the "inprocess" mode's web server runs it."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def start() -> None:
-        assert delivery.start_timer(loop) is not None
-
-    asyncio.run_coroutine_threadsafe(start(), loop).result(5)
-    yield loop
-
-    async def stop() -> None:
-        task = delivery.stop_timer(loop)
-        assert task is not None
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    loop.close()
+    with outbox_timer(delivery) as loop:
+        yield loop
 
 
 @pytest.fixture
