@@ -429,14 +429,26 @@ RULES_CACHE_SECONDS = 5.0
 _cached: tuple[float, list[Rule]] | None = None
 
 
-def cached_rules_sync() -> list[Rule]:
-    global _cached
+def _fresh_rules() -> list[Rule] | None:
     cached = _cached
     if cached is not None and time.monotonic() - cached[0] < RULES_CACHE_SECONDS:
         return cached[1]
-    rules = load_rules()
-    _cached = (time.monotonic(), rules)
+    return None
+
+
+def cached_rules_sync() -> list[Rule]:
+    global _cached
+    rules = _fresh_rules()
+    if rules is None:
+        rules = load_rules()
+        _cached = (time.monotonic(), rules)
     return rules
+
+
+async def cached_rules() -> list[Rule]:
+    """`cached_rules_sync` from the loop: no hop while the cache is fresh."""
+    rules = _fresh_rules()
+    return rules if rules is not None else await db_hop(cached_rules_sync)()
 
 
 def forget_rules(*_: Any, **__: Any) -> None:
@@ -487,9 +499,7 @@ class Gate:
     async def _judge(self, ctx: Any, params: dict[str, Any]) -> Verdict | None:
         """The verdict that stops the call, or None when it may run without a person."""
         try:
-            cached = _cached
-            fresh = cached is not None and time.monotonic() - cached[0] < RULES_CACHE_SECONDS
-            rules = cached[1] if fresh and cached else await db_hop(cached_rules_sync)()
+            rules = await cached_rules()
             candidates = [
                 rule
                 for rule in rules
@@ -529,9 +539,7 @@ async def aguard(agent: Agent[Any]) -> None:
     `RULES_CACHE_SECONDS`); when they cannot be read, every tool gets its gate (which tries
     again, and pauses the call if it still cannot)."""
     try:
-        cached = _cached
-        fresh = cached is not None and time.monotonic() - cached[0] < RULES_CACHE_SECONDS
-        rules = cached[1] if fresh and cached else await db_hop(cached_rules_sync)()
+        rules = await cached_rules()
     except Exception:
         logger.exception("Approval policies could not be read; every tool call of the run waits")
         guard(agent, None)
