@@ -51,6 +51,10 @@ def test_the_admin_s_scripts_and_styles_work_under_the_policy(live_site: Any, pa
     page.get_by_label("Username").fill("boss")
     page.get_by_label("Password").fill("boss-pass-123")
     page.get_by_role("button", name="Log in").click()
+    # The change list loaded, its scripts run: a click before actions.js binds its toggle
+    # ticks the toggle alone (seen on a busy machine).
+    page.wait_for_url("**/admin/auth/user/")
+    page.wait_for_load_state("load")
 
     # The change list's actions script: "select all" ticks every row.
     page.locator("#action-toggle").check()
