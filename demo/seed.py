@@ -5,6 +5,7 @@ own the rest."""
 
 from __future__ import annotations
 
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -170,3 +171,27 @@ def seed_policies() -> int:
             policy=policy, argument="amount", operator=ConditionOperator.AT_MOST, value="20"
         )
     return int(created)
+
+
+# The offline demo model costs nothing; it is priced here as gpt-4.1-mini is, so that the demo's
+# cost columns and dashboards have numbers (a deployment without the demo has no such row, and
+# a model without a price shows "no price for <model>").
+DEMO_PRICE = {
+    "model": "offline-demo",
+    "input_per_million": Decimal("0.40"),
+    "cached_input_per_million": Decimal("0.10"),
+    "output_per_million": Decimal("1.60"),
+    "currency": "USD",
+    "valid_from": date(2026, 1, 1),
+    "note": "Demo only: the offline model is free; priced as gpt-4.1-mini.",
+}
+
+
+def seed_prices() -> int:
+    """Price the offline demo model unless it has a price already. Returns rows created."""
+    from tracing.models import ModelPrice
+
+    if ModelPrice.objects.filter(model=DEMO_PRICE["model"]).exists():
+        return 0
+    ModelPrice.objects.create(**DEMO_PRICE)
+    return 1

@@ -105,6 +105,10 @@ class SpanInsert(NamedTuple):
     span_data: dict[str, Any]
     error: Any
     total_tokens: int
+    model: str = ""
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
 
 
 @dataclass
@@ -324,6 +328,10 @@ def _write(batch: _Batch) -> None:
                     adapt_json(span.span_data, None),
                     None if span.error is None else adapt_json(span.error, None),
                     span.total_tokens,
+                    span.model,
+                    span.input_tokens,
+                    span.cached_tokens,
+                    span.output_tokens,
                 )
                 for span in spans
             ],
@@ -435,6 +443,7 @@ def span_row(
     raw_data = exported.get("span_data") or {}
     kind, inner = span_kind(raw_data)
     tokens = usage_tokens(kind, raw_data)
+    model, input_tokens, cached_tokens, output_tokens = model_usage(kind, raw_data)
     if not sensitive:
         raw_data = {**raw_data}
         for name in SENSITIVE_FIELDS.get(kind, ()):
@@ -455,6 +464,10 @@ def span_row(
         span_data=data if isinstance(data, dict) else {"data": data},
         error=None if error is None else clean(error),
         total_tokens=tokens,
+        model=model,
+        input_tokens=input_tokens,
+        cached_tokens=cached_tokens,
+        output_tokens=output_tokens,
     )
 
 
@@ -497,6 +510,32 @@ def usage_tokens(kind: str, data: dict[str, Any]) -> int:
         return int(total)
     parts = [usage.get("input_tokens"), usage.get("output_tokens")]
     return sum(int(part) for part in parts if _is_count(part))
+
+
+def model_usage(kind: str, data: dict[str, Any]) -> tuple[str, int, int, int]:
+    """A model call's model and its input, cached input and output tokens, for its cost
+    (`tracing.pricing`); ("", 0, 0, 0) for a span that is no model call. A call whose
+    model is not named is stored as "unknown model", so its cost is "no price for unknown
+    model", not missing."""
+    if kind not in ("generation", "response"):
+        return "", 0, 0, 0
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    model = data.get("model")
+    name = model.strip()[:200] if isinstance(model, str) and model.strip() else "unknown model"
+    input_tokens = usage.get("input_tokens")
+    output_tokens = usage.get("output_tokens")
+    details = usage.get("input_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        cached = usage.get("cached_input_tokens")
+    prompt = int(input_tokens) if _is_count(input_tokens) else 0
+    return (
+        name,
+        prompt,
+        min(int(cached), prompt) if _is_count(cached) else 0,
+        int(output_tokens) if _is_count(output_tokens) else 0,
+    )
 
 
 def _is_count(value: Any) -> TypeGuard[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.expressions import Combinable
@@ -21,6 +22,37 @@ class TraceStatus(models.TextChoices):
     WAITING = "waiting", "Waiting for approval"
     OK = "ok", "OK"
     ERROR = "error", "Error"
+
+
+class TraceOutcome(models.TextChoices):
+    """How a run ended, for operators: more than OK / Error (`recording.run_outcome` decides
+    it from the run and its decisions; a trace without a run takes it from its status)."""
+
+    RUNNING = "running", "Running"
+    WAITING = "waiting", "Waiting for approval"
+    COMPLETED = "completed", "Completed"
+    APPROVED = "approved", "Completed, a call approved"
+    REJECTED = "rejected", "Completed, a call rejected"
+    EXPIRED = "expired", "A request expired"
+    WITHDRAWN = "withdrawn", "Withdrawn by the user"
+    STOPPED = "stopped", "Stopped by the user"
+    GUARDRAIL = "guardrail", "Stopped by a guardrail"
+    FAILED = "failed", "Failed"
+
+
+# A trace whose outcome nobody stored (no run: a foreign trace) has its status's.
+STATUS_OUTCOME: dict[str, TraceOutcome] = {
+    "running": TraceOutcome.RUNNING,
+    "waiting": TraceOutcome.WAITING,
+    "ok": TraceOutcome.COMPLETED,
+    "error": TraceOutcome.FAILED,
+}
+
+
+def outcome_filter(outcome: str) -> Q:
+    """The traces of one outcome, stored or (without one) read from the status."""
+    statuses = [status for status, value in STATUS_OUTCOME.items() if value == outcome]
+    return Q(outcome=outcome) | Q(outcome="", status__in=statuses)
 
 
 # A run's trace follows its run: the trace's status for each status of the run (any other,
@@ -98,6 +130,14 @@ class Trace(models.Model):
         max_length=10, choices=TraceStatus.choices, default=TraceStatus.RUNNING
     )
     total_tokens = models.PositiveBigIntegerField(default=0)
+    # The time the run was working, apart from the time it waited for a person: the sum of
+    # the root spans' durations (a run paused and resumed has one root task span per part).
+    # Its waiting time is the trace's whole duration less this. Kept by the exporter.
+    active_seconds = models.FloatField(null=True, blank=True)
+    # How its run ended and why, in a line (`TraceOutcome`; blank: read it from the status).
+    # Kept by the engine (`recording.follow_run`), never by the exporter.
+    outcome = models.CharField(max_length=20, choices=TraceOutcome.choices, blank=True)
+    outcome_reason = models.CharField(max_length=300, blank=True)
     run = models.ForeignKey(
         AgentRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="traces"
     )
@@ -111,6 +151,7 @@ class Trace(models.Model):
             models.Index(fields=["group_id"], name="trace_group"),
             models.Index(fields=["workflow_name"], name="trace_workflow"),
             models.Index(fields=["-started_at"], name="trace_started"),
+            models.Index(fields=["outcome", "-started_at"], name="trace_outcome_started"),
         ]
 
     def __str__(self) -> str:
@@ -131,6 +172,22 @@ class Trace(models.Model):
             return None
         return (self.ended_at - self.started_at).total_seconds()
 
+    @property
+    def waiting_seconds(self) -> float | None:
+        """The time it waited for people: its whole duration less its active time."""
+        total = self.duration_seconds
+        if total is None or self.active_seconds is None:
+            return None
+        return max(0.0, total - self.active_seconds)
+
+    @property
+    def shown_outcome(self) -> str:
+        """Its outcome, or (none stored) its status's."""
+        return self.outcome or STATUS_OUTCOME.get(self.status, TraceOutcome.RUNNING).value
+
+    def get_shown_outcome_display(self) -> str:
+        return str(TraceOutcome(self.shown_outcome).label)
+
 
 # Where a span sits in its trace: the fields the tree, the admin and the exporter all start with.
 SPAN_PLACE_FIELDS = (
@@ -143,7 +200,16 @@ SPAN_PLACE_FIELDS = (
     "ended_at",
 )
 # Every field of a span but its primary key, in the order the exporter writes them.
-SPAN_FIELDS = (*SPAN_PLACE_FIELDS, "span_data", "error", "total_tokens")
+SPAN_FIELDS = (
+    *SPAN_PLACE_FIELDS,
+    "span_data",
+    "error",
+    "total_tokens",
+    "model",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+)
 
 
 class Span(models.Model):
@@ -171,10 +237,24 @@ class Span(models.Model):
     total_tokens = models.PositiveBigIntegerField(
         default=0, help_text="Tokens of a generation or response span; 0 for the others."
     )
+    # A model call's usage, for its cost (`tracing.pricing`): only generation and response
+    # spans have a model; every other span leaves it blank (so the usage index skips them).
+    model = models.CharField(max_length=200, blank=True, default="")
+    input_tokens = models.PositiveBigIntegerField(
+        default=0, help_text="Input tokens, the cached ones included."
+    )
+    cached_tokens = models.PositiveBigIntegerField(
+        default=0, help_text="Of the input tokens, those read from the provider's cache."
+    )
+    output_tokens = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["started_at", "pk"]
-        indexes = [models.Index(fields=["trace", "started_at"], name="span_trace_started")]
+        indexes = [
+            models.Index(fields=["trace", "started_at"], name="span_trace_started"),
+            # The model calls by time, for cost and token totals per day, model and agent.
+            models.Index(fields=["started_at", "model"], name="span_usage", condition=~Q(model="")),
+        ]
 
     def __str__(self) -> str:
         return f"{self.span_type} {self.name or self.span_id}"
@@ -190,3 +270,76 @@ class Span(models.Model):
         """A custom span's `data` (task, turn, approval decision, ...), else `{}`."""
         data = self.span_data.get("data") if isinstance(self.span_data, dict) else None
         return data if isinstance(data, dict) else {}
+
+
+class ModelPrice(models.Model):
+    """What a model's tokens cost, from a date on: the price table operators keep in admin.
+
+    `model` is a model's name as its spans report it (`gpt-4.1-mini`), or a pattern with `*`
+    (`gpt-4.1-mini-*`, for its dated snapshots). For a call, the exact name wins over a
+    pattern, a longer pattern over a shorter one, and of one name the price with the latest
+    `valid_from` on or before the call's day (`tracing.pricing`). A model with no price shows
+    "no price for <model>", never a cost of 0.
+    """
+
+    model = models.CharField(
+        max_length=200,
+        help_text="The model's name as its spans report it, or a pattern with * "
+        "(e.g. gpt-4.1-mini-* for its dated snapshots).",
+    )
+    input_per_million = models.DecimalField(
+        max_digits=12, decimal_places=4, help_text="Price of a million input tokens."
+    )
+    cached_input_per_million = models.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        help_text="Price of a million cached input tokens; blank: the input price.",
+    )
+    output_per_million = models.DecimalField(
+        max_digits=12, decimal_places=4, help_text="Price of a million output tokens."
+    )
+    currency = models.CharField(max_length=3, default="USD", help_text="ISO 4217, e.g. USD.")
+    valid_from = models.DateField(help_text="The first day (UTC) this price applies.")
+    note = models.CharField(max_length=200, blank=True, help_text="Where the price comes from.")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model", "-valid_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "valid_from"], name="price_model_from"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} from {self.valid_from}"
+
+
+class FeedbackScore(models.IntegerChoices):
+    UP = 1, "Thumbs up"
+    DOWN = -1, "Thumbs down"
+
+
+class Feedback(models.Model):
+    """An end user's rating of a reply (the run that wrote it): up or down, with an optional
+    comment. One per run and user: rating again changes it."""
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="run_feedback"
+    )
+    score = models.SmallIntegerField(choices=FeedbackScore.choices)
+    comment = models.TextField(blank=True, max_length=2000)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "user"], name="feedback_run_user"),
+        ]
+        indexes = [models.Index(fields=["score", "-updated"], name="feedback_score")]
+
+    def __str__(self) -> str:
+        return f"{self.get_score_display()} on run {self.run_id}"

@@ -17,9 +17,16 @@ from django.db import connection, transaction
 from django.db.models import Case, Value, When
 from django.utils import timezone
 
-from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, ApprovalStatus
+from approvals.models import (
+    AgentRun,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalStatus,
+    DecisionKind,
+    RunStatus,
+)
 from tracing import redaction
-from tracing.models import Span, TraceStatus, trace_status
+from tracing.models import Span, TraceOutcome, TraceStatus, trace_status
 from tracing.sql import new_trace, statements
 
 logger = logging.getLogger(__name__)
@@ -44,7 +51,7 @@ def follow_run(run: AgentRun | int, status: str | None = None) -> None:
             row = _run_row(run, status)
             if row is None or not row["trace_id"]:
                 return
-            _upsert_trace(row, trace_status(row["status"]), follow=True)
+            _upsert_trace(row, trace_status(row["status"]), follow=True, outcome=run_outcome(row))
     except Exception:
         run_id = run.pk if isinstance(run, AgentRun) else run
         logger.exception("Tracing: the trace of run %s could not follow its status", run_id)
@@ -56,9 +63,82 @@ def _run_row(run: AgentRun | int, status: str | None) -> Mapping[str, Any] | Non
     run_id = run.pk if isinstance(run, AgentRun) else run
     return (
         AgentRun.objects.filter(pk=run_id)
-        .values("pk", "trace_id", "status", "agent_name", "conversation__session_id")
+        .values(
+            "pk",
+            "trace_id",
+            "status",
+            "agent_name",
+            "conversation__session_id",
+            "pause_count",
+            "error",
+        )
         .first()
     )
+
+
+# A finished run's outcome by the decisions on its calls, the first that applies: a request
+# that expired, a call rejected (or answered by a reviewer instead of run), a call approved.
+_DECIDED_OUTCOMES = (
+    (TraceOutcome.EXPIRED, (DecisionKind.EXPIRED, DecisionKind.EXPIRY_APPROVED)),
+    (TraceOutcome.REJECTED, (DecisionKind.REJECTED, DecisionKind.RESPONDED)),
+    (TraceOutcome.APPROVED, (DecisionKind.APPROVED, DecisionKind.EDITED)),
+)
+_ENDED_OUTCOMES = {
+    RunStatus.FAILED: TraceOutcome.FAILED,
+    RunStatus.GUARDRAIL: TraceOutcome.GUARDRAIL,
+    RunStatus.CANCELLED: TraceOutcome.STOPPED,
+    RunStatus.WAITING: TraceOutcome.WAITING,
+}
+REASON_CHARS = 300
+
+
+def run_outcome(run: Mapping[str, Any]) -> tuple[str, str]:
+    """How the run ended (`TraceOutcome`) and why, in a masked line: a failure's first line,
+    or which call was decided how, by whom. A run that never paused needs no query (the
+    turn-overhead benchmark's turn); one that did, one query of its decisions."""
+    status = run["status"]
+    if status not in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        outcome = _ENDED_OUTCOMES.get(status, TraceOutcome.RUNNING)
+        reason = _first_line(run.get("error") or "") if status in _ENDED_OUTCOMES else ""
+        return outcome.value, reason if outcome != TraceOutcome.WAITING else ""
+    stopped = status == RunStatus.CANCELLED
+    ended = (
+        (TraceOutcome.STOPPED.value, _first_line(run.get("error") or ""))
+        if stopped
+        else (TraceOutcome.COMPLETED.value, "")
+    )
+    if not run.get("pause_count"):
+        return ended
+    decisions = list(
+        ApprovalDecision.objects.filter(request__run_id=run["pk"])
+        .order_by("created", "pk")
+        .values_list("kind", "request__tool_name", "reviewer__username", "policy_name", "message")
+    )
+    kinds = {decision[0] for decision in decisions}
+    if stopped:
+        if DecisionKind.WITHDRAWN in kinds:
+            return TraceOutcome.WITHDRAWN.value, ended[1]
+        return ended
+    for outcome, of_kinds in _DECIDED_OUTCOMES:
+        for kind, tool, reviewer, policy, message in decisions:
+            if kind in of_kinds:
+                who = reviewer or (f"policy {policy}" if policy else "the expiry")
+                label = DecisionKind(kind).label.lower()
+                said = _first_line(message or "")
+                line = f"{tool}: {label} by {who}" + (f": {said}" if said else "")
+                return outcome.value, _first_line(line)
+    return ended
+
+
+def _first_line(text: str) -> str:
+    """A text's first non-empty line, masked and cut to fit the trace's column."""
+    for line in str(text).splitlines():
+        if line.strip():
+            cleaned = str(redaction.clean(line.strip()))
+            if len(cleaned) > REASON_CHARS:
+                cleaned = cleaned[: REASON_CHARS - 1] + "…"
+            return cleaned
+    return ""
 
 
 def record_decision(
@@ -159,6 +239,8 @@ def _fields(run: AgentRun, status: str) -> Mapping[str, Any]:
         "status": status,
         "agent_name": run.agent_name,
         "conversation__session_id": run.conversation.session_id,
+        "pause_count": run.pause_count,
+        "error": run.error,
     }
 
 
@@ -190,7 +272,9 @@ def _decision(decision: ApprovalDecision, status: str) -> str:
     return "approve" if decision.approved else "reject"
 
 
-def _upsert_trace(run: Mapping[str, Any], status: str, *, follow: bool) -> None:
+def _upsert_trace(
+    run: Mapping[str, Any], status: str, *, follow: bool, outcome: tuple[str, str] = ("", "")
+) -> None:
     """Insert the run's trace row with `status` unless it exists (never racing the exporter's
     insert of the same trace); with `follow`, an existing row takes it too, by the rule: an
     error span, which the exporter may store at any moment, wins. Plain SQL (tracing/sql.py
@@ -203,6 +287,7 @@ def _upsert_trace(run: Mapping[str, Any], status: str, *, follow: bool) -> None:
         group_id=run["conversation__session_id"] or "",
         metadata={"run_id": str(run["pk"]), "agent": run["agent_name"]},
         status=status,
+        outcome=outcome,
     )
     with connection.cursor() as cursor:
         if follow:

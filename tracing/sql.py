@@ -37,6 +37,9 @@ TRACE_FIELDS = (
     "ended_at",
     "status",
     "total_tokens",
+    "active_seconds",
+    "outcome",
+    "outcome_reason",
     "run",
     "created",
     "updated",
@@ -101,6 +104,14 @@ def _columns(model: type[Any], names: tuple[str, ...]) -> str:
     return ", ".join(column(model, name) for name in names)
 
 
+def _seconds() -> str:
+    """A span's duration in seconds, in this database's SQL (null while it has no end)."""
+    started, ended = qualified(Span, "started_at"), qualified(Span, "ended_at")
+    if connection.vendor == "postgresql":
+        return f"EXTRACT(EPOCH FROM ({ended} - {started}))"
+    return f"((julianday({ended}) - julianday({started})) * 86400.0)"
+
+
 def _name(model: type[Any], name: str) -> str:
     """A column's name unquoted, as `on_conflict_suffix_sql` takes it."""
     field = model._meta.get_field(name)
@@ -143,6 +154,8 @@ def statements() -> Statements:
             f"(SELECT MAX({qualified(Span, 'ended_at')}) {spans_of_trace}), "
             f"{column(Trace, 'total_tokens')} = "
             f"COALESCE((SELECT SUM({qualified(Span, 'total_tokens')}) {spans_of_trace}), 0), "
+            f"{column(Trace, 'active_seconds')} = (SELECT SUM({_seconds()}) {spans_of_trace} "
+            f"AND {qualified(Span, 'parent_id')} IS NULL), "
             f"{column(Trace, 'updated')} = %s, "
             f"{column(Trace, 'status')} = {status} "
             f"WHERE {trace_id} = %s"
@@ -162,7 +175,9 @@ def statements() -> Statements:
             f"INSERT INTO {traces} ({_columns(Trace, TRACE_FIELDS)}) "
             f"VALUES ({placeholders(len(TRACE_FIELDS))}) "
             f"ON CONFLICT ({column(Trace, 'trace_id')}) "
-            f"DO UPDATE SET {column(Trace, 'status')} = {followed}"
+            f"DO UPDATE SET {column(Trace, 'status')} = {followed}, "
+            f"{column(Trace, 'outcome')} = EXCLUDED.{column(Trace, 'outcome')}, "
+            f"{column(Trace, 'outcome_reason')} = EXCLUDED.{column(Trace, 'outcome_reason')}"
         ),
         follow_run_params=followed_params,
     )
@@ -176,6 +191,7 @@ def new_trace(
     group_id: str = "",
     metadata: dict[str, Any] | None = None,
     status: str = TraceStatus.RUNNING.value,
+    outcome: tuple[str, str] = ("", ""),
 ) -> tuple[Any, ...]:
     """A new `Trace` row, in `TRACE_FIELDS` order, with the model's defaults."""
     return (
@@ -187,6 +203,8 @@ def new_trace(
         None,
         status,
         0,
+        None,
+        *outcome,
         run_id,
         now,
         now,

@@ -32,7 +32,7 @@ class Command(BaseCommand):
     help = "Create the demo users alice (end user), rita (reviewer) and admin, and demo data."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from demo.seed import seed_orders, seed_policies
+        from demo.seed import seed_orders, seed_policies, seed_prices
 
         with transaction.atomic():
             reviewers = self._reviewers_group()
@@ -42,6 +42,7 @@ class Command(BaseCommand):
             ]
             seed_orders()
             seed_policies()
+            seed_prices()
         self.stdout.write(self.style.SUCCESS("Demo users ready:"))
         for line in lines:
             self.stdout.write(f"  {line}")
