@@ -275,3 +275,19 @@ def test_seeding_again_keeps_the_demo_users_passwords_and_sessions(settings: Any
     assert Client().login(request=login_request(), username="rita", password="rita-own-password")
     assert "password unchanged" in out
     assert "demo-pass" not in out
+
+
+def test_seeding_prices_the_offline_model_once_and_keeps_an_operators_price(settings: Any) -> None:
+    from decimal import Decimal
+
+    from tracing.models import ModelPrice
+
+    settings.DEBUG = True
+    command("seed_demo")
+    price = ModelPrice.objects.get(model="offline-demo")
+    assert price.input_per_million > 0 and "Demo only" in price.note
+    ModelPrice.objects.filter(pk=price.pk).update(input_per_million=Decimal("9"))
+    command("seed_demo")
+    assert list(
+        ModelPrice.objects.filter(model="offline-demo").values_list("input_per_million", flat=True)
+    ) == [Decimal("9")]
