@@ -5,6 +5,7 @@ personal data."""
 from __future__ import annotations
 
 import asyncio
+import time
 import json
 import uuid
 from datetime import timedelta
@@ -149,6 +150,7 @@ def test_a_paused_then_approved_run_is_one_trace_with_its_decision(traces: Trace
     root_agent = Span.objects.get(trace=trace, span_type="agent")
 
     request = run.approval_requests.get()
+    time.sleep(0.3)  # the reviewer takes her time: the trace's waiting time
     decision = runs.decide(request, make_reviewer("rita"), True, always=False)
 
     # Written with the audit row, before any export: the trace shows it at once.
@@ -187,6 +189,12 @@ def test_a_paused_then_approved_run_is_one_trace_with_its_decision(traces: Trace
     [approved] = [s for s in stored if s.span_type == "function" and s.span_data["output"]]
     assert "cancelled" in approved.span_data["output"]
     assert approved.span_id in second_half
+    # How it ended, and its time working apart from its time waiting for rita.
+    assert (trace.outcome, trace.outcome_reason) == ("approved", "cancel_order: approved by rita")
+    tasks = stored.filter(span_type="task", parent_id__isnull=True)
+    worked = sum((t.duration_seconds or 0) for t in tasks)
+    assert trace.active_seconds == pytest.approx(worked, abs=0.002)
+    assert trace.waiting_seconds is not None and trace.waiting_seconds >= 0.3
 
 
 def test_a_rejection_and_an_expiry_are_decision_spans_too(traces: Traces) -> None:
@@ -217,6 +225,9 @@ def test_a_failed_run_has_an_error_trace(traces: Traces, settings: Any) -> None:
     # ...and the export keeps it so, with the failing span.
     trace = Trace.objects.get(trace_id=run.trace_id)
     assert trace.status == TraceStatus.ERROR == trace.derived_status()
+    # Its outcome says why, in the words the user read (the run's reason's first line).
+    assert trace.outcome == "failed" and trace.outcome_reason
+    assert trace.outcome_reason == run.error.strip().splitlines()[0][:300]
     failing = Span.objects.get(trace=trace, error__isnull=False)
     assert failing.span_type == "agent"
     assert failing.error == {"message": "Error in agent run", "data": {"error": "model down"}}
