@@ -122,10 +122,11 @@ def run_outcome(run: Mapping[str, Any]) -> tuple[str, str]:
     for outcome, of_kinds in _DECIDED_OUTCOMES:
         for kind, tool, reviewer, policy, message in decisions:
             if kind in of_kinds:
-                who = reviewer or (f"policy {policy}" if policy else "the expiry")
+                who = reviewer or (f"policy {policy}" if policy else "")
                 label = DecisionKind(kind).label.lower()
                 said = _first_line(message or "")
-                line = f"{tool}: {label} by {who}" + (f": {said}" if said else "")
+                line = f"{tool}: {label}" + (f" by {who}" if who else "")
+                line += f": {said}" if said else ""
                 return outcome.value, _first_line(line)
     return ended
 
