@@ -179,7 +179,7 @@ def span_json(span: SpanLike, trace: TraceLike | None = None) -> dict[str, Any]:
     """One span as OTLP/JSON (`trace`, when known, adds its conversation and, on a root span,
     its workflow and run)."""
     data = span.span_data if isinstance(span.span_data, dict) else {}
-    inner = data.get("data") if isinstance(data.get("data"), dict) else {}
+    inner = _mapping(data.get("data"))
     name, kind, values = _semantics(span, data, inner)
     values = {
         **values,
@@ -272,7 +272,7 @@ def _model_call(span: SpanLike, data: dict[str, Any]) -> tuple[str, int, dict[st
     requested = data.get("model") if isinstance(data.get("model"), str) else ""
     # The exporter names a call without a model "unknown model" (for its cost): no model here.
     answered = span.model if span.model and span.model != "unknown model" else requested
-    config = data.get("model_config") if isinstance(data.get("model_config"), dict) else {}
+    config = _mapping(data.get("model_config"))
     values: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": PROVIDER,
@@ -310,6 +310,10 @@ def _text(value: Any) -> str:
     if value is None:
         return ""
     return value if isinstance(value, str) else _json(value)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _flag(value: Any) -> bool | None:
