@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from agents import set_trace_processors
+from agents import function_span, set_trace_processors, trace
 from agents.tracing.processors import default_processor
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
@@ -479,6 +479,34 @@ def test_the_forwarding_exporter_delivers_a_real_runs_spans_masked(
     assert {attrs(span)["gen_ai.conversation.id"] for span in got} == {run.conversation.session_id}
 
 
+def test_forwarding_honours_the_sensitive_data_setting(settings: Any, receiver: Receiver) -> None:
+    settings.AGENTSITE_TRACE_SENSITIVE_DATA = False
+    settings.AGENTSITE_TRACE_BATCH_DELAY = 3600.0
+    processor = exporter_module.make_processor(
+        exporter_module.OtlpExporter(otlp.Sender(receiver.url))
+    )
+    set_trace_processors([processor])
+    try:
+        with (
+            trace("by hand", group_id="conv_1"),
+            function_span(
+                "lookup_order",
+                input='{"email": "eve@example.com"}',
+                output="Order of eve@example.com",
+            ),
+        ):
+            pass
+        processor.force_flush()
+    finally:
+        set_trace_processors([])
+        processor.shutdown()
+    [span] = receiver.spans()
+    assert span.name == "execute_tool lookup_order"
+    assert not {"gen_ai.tool.call.arguments", "gen_ai.tool.call.result"} & set(attrs(span))
+    assert attrs(span)["gen_ai.conversation.id"] == "conv_1"
+    assert b"eve@example.com" not in b"".join(receiver.bodies)
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("collector", ["down", "500"])
 def test_a_collector_that_is_down_or_fails_costs_the_run_nothing_and_is_logged(
@@ -518,13 +546,24 @@ def test_a_burst_of_failures_is_logged_once_and_retryable_answers_are_retried(
     receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     payload: dict[str, Any] = {"resourceSpans": []}
-    sender = otlp.Sender(receiver.url, timeout=5, backoff=0.01)
-    receiver.answer = [503, 503, 503, 429, 503, 503, 200]
+    now = [0.0]
+    sender = otlp.Sender(receiver.url, timeout=5, backoff=0.01, clock=lambda: now[0])
+    receiver.answer = [503, 503, 503, 503, 200]
     with caplog.at_level(logging.DEBUG, logger="tracing.otlp"):
         assert sender.send(payload) is False  # 503 thrice: retried twice, then given up
-        assert sender.send(payload) is False  # 429, 503, 503: still failing, quietly
-        assert sender.send(payload) is True
-    assert len(receiver.bodies) == 7
+        assert len(receiver.bodies) == 3
+        now[0] = 0.5
+        assert sender.send(payload) is False  # paused for a second: dropped, no POST
+        assert len(receiver.bodies) == 3
+        now[0] = 1.5
+        assert sender.send(payload) is False  # one probe, 503: paused for 2 s now
+        assert len(receiver.bodies) == 4
+        now[0] = 3.0
+        assert sender.send(payload) is False
+        assert len(receiver.bodies) == 4
+        now[0] = 3.6
+        assert sender.send(payload) is True  # the probe is delivered
+    assert len(receiver.bodies) == 5
     warnings = [
         r.getMessage()
         for r in caplog.records
@@ -532,12 +571,12 @@ def test_a_burst_of_failures_is_logged_once_and_retryable_answers_are_retried(
     ]
     assert len(warnings) == 2
     assert "HTTP 503" in warnings[0] and "spans reach" in warnings[1]
-    assert "2 batch(es) lost" in warnings[1]
-    assert sender.lost == 2 and sender.delivered == 1
+    assert "4 batch(es) lost" in warnings[1]
+    assert sender.lost == 4 and sender.delivered == 1
 
-    receiver.answer = [429, 200]
-    sender.send(payload)
-    assert len(receiver.bodies) == 9
+    receiver.answer = [429, 200]  # delivering again: retried at once
+    assert sender.send(payload) is True
+    assert len(receiver.bodies) == 7
 
 
 def test_a_sender_never_raises_and_logs_no_credentials(caplog: pytest.LogCaptureFixture) -> None:

@@ -259,6 +259,11 @@ class OtlpExporter(DatabaseExporter):
             self._failed(len(items))
             logger.exception("[non-fatal] OpenTelemetry: a batch of %d item(s) failed", len(items))
 
+    def _request_shutdown(self) -> None:
+        """Called by `BatchTraceProcessor.shutdown(timeout)` (the SDK's exit hook, within its
+        budget): what is left is tried once per batch, without retries."""
+        self.sender.stopping = True
+
 
 class StoredTrace(NamedTuple):
     """What a listener hears of a trace a batch touched, once the batch is committed."""

@@ -38,7 +38,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -376,6 +376,9 @@ def export_request(
 # any other answer is final.
 RETRYABLE = frozenset({429, 502, 503, 504})
 RETRY_AFTER_MOST = 5.0
+# While the endpoint fails, batches are dropped without a POST for this long, doubling.
+PAUSE_FIRST = 1.0
+PAUSE_MOST = 60.0
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -401,10 +404,17 @@ class Answer:
 
 
 class Sender:
-    """POSTs OTLP/JSON requests to one endpoint: a timeout per attempt, `retries` more attempts
-    after a retryable failure (no answer, 429, 502-504) with exponential backoff (the server's
-    Retry-After when it gives one, at most 5 s). It never raises: a failure is logged once per
-    burst (a warning), then quietly until a request is delivered again (which is logged)."""
+    """POSTs OTLP/JSON requests to one endpoint, never raising.
+
+    Each attempt has a timeout; a retryable failure (no answer, 429, 502-504) is tried
+    `retries` more times with exponential backoff (the server's Retry-After when it gives one,
+    at most 5 s). A failure is logged once per burst (a warning), then quietly until a request
+    is delivered again (logged too). While failing, it pauses: batches are dropped at once,
+    with no POST, for 1 s after the first failure, doubling up to a minute, and then one
+    attempt (no retries) probes the endpoint. An unreachable collector would otherwise hold
+    the processor's thread for minutes per batch, while its queue filled and the SDK logged
+    every span it then dropped.
+    """
 
     def __init__(
         self,
@@ -414,6 +424,7 @@ class Sender:
         timeout: float = 10.0,
         retries: int = 2,
         backoff: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.endpoint = endpoint
         self.shown = shown_endpoint(endpoint)
@@ -423,14 +434,23 @@ class Sender:
         self.backoff = backoff
         self.delivered = 0
         self.lost = 0
+        self.stopping = False  # at shutdown: one attempt per batch, no retries
+        self._clock = clock
         self._failing = False
+        self._pause = 0.0
+        self._paused_until = 0.0
         self._opener = urllib.request.build_opener(_NoRedirect)
 
     def send(self, payload: dict[str, Any]) -> bool:
+        if self._failing and self._clock() < self._paused_until:
+            self.lost += 1
+            logger.debug("OpenTelemetry: a batch of spans was dropped (%s failing)", self.shown)
+            return False
+        retries = 0 if self._failing or self.stopping else self.retries
         try:
             body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
             answer = self._post(body)
-            for attempt in range(self.retries):
+            for attempt in range(retries):
                 if answer.delivered or not answer.retryable:
                     break
                 time.sleep(self._delay(attempt, answer))
@@ -487,6 +507,8 @@ class Sender:
 
     def _failed(self, answer: Answer) -> None:
         self.lost += 1
+        self._pause = min(PAUSE_MOST, max(PAUSE_FIRST, self._pause * 2))
+        self._paused_until = self._clock() + self._pause
         if self._failing:
             logger.debug("OpenTelemetry: a batch of spans was not delivered: %s", answer.error)
             return
@@ -500,6 +522,7 @@ class Sender:
 
     def _recovered(self) -> None:
         self.delivered += 1
+        self._pause = 0.0
         if self._failing:
             self._failing = False
             logger.warning(
