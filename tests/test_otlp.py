@@ -290,6 +290,7 @@ def test_the_otlp_export_of_a_demo_trace_is_accepted_and_round_trips_its_ids(
     }
     [root] = [span for span in got if not span.parent_span_id]
     assert attrs(root)["agentsite.run_id"] == str(run.pk)
+    assert attrs(root)["agentsite.outcome"] == "completed"
     assert (
         attrs(root)["agentsite.workflow"]
         == Span.objects.get(trace_id=run.trace_id, parent_id=None).trace.workflow_name

@@ -177,7 +177,7 @@ def unix_nanos(value: datetime | None) -> str:
 
 def span_json(span: SpanLike, trace: TraceLike | None = None) -> dict[str, Any]:
     """One span as OTLP/JSON (`trace`, when known, adds its conversation and, on a root span,
-    its workflow and run)."""
+    its workflow, run and outcome)."""
     data = span.span_data if isinstance(span.span_data, dict) else {}
     inner = _mapping(data.get("data"))
     name, kind, values = _semantics(span, data, inner)
@@ -194,6 +194,9 @@ def span_json(span: SpanLike, trace: TraceLike | None = None) -> dict[str, Any]:
             values["agentsite.workflow"] = trace.workflow_name
             values["agentsite.run_id"] = _text(metadata.get("run_id"))
             values["agentsite.agent"] = _text(metadata.get("agent"))
+            # How the run ended, where the engine stored it (a stored trace; not forwarded).
+            values["agentsite.outcome"] = _text(getattr(trace, "outcome", ""))
+            values["agentsite.outcome_reason"] = _text(getattr(trace, "outcome_reason", ""))
     values["agents.span_data"] = _json(data) if data else None
     started = span.started_at or span.ended_at
     result: dict[str, Any] = {

@@ -30,7 +30,8 @@ def trace_export_otlp(request: HttpRequest, trace_id: str) -> HttpResponse:
         service_name=settings.AGENTSITE_OTLP_SERVICE_NAME,
     )
     response = HttpResponse(
-        json.dumps(payload, ensure_ascii=False, indent=1), content_type="application/json"
+        json.dumps(payload, ensure_ascii=False, separators=(",", ":")),
+        content_type="application/json",
     )
     response["Content-Disposition"] = content_disposition_header(
         as_attachment=True, filename=f"{trace.trace_id}.otlp.json"
