@@ -297,6 +297,46 @@ def test_the_otlp_export_of_a_demo_trace_is_accepted_and_round_trips_its_ids(
     )
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_real_approval_is_exported_with_its_decision(
+    client: Client, traces: Traces, demo: None, receiver: Receiver
+) -> None:
+    owner = customer_for("cancel order 42")
+    conversation = make_conversation(owner=owner, agent_name="support")
+    run = runs.start_run(conversation, "cancel order 42", owner)
+    asyncio.run(runs.execute(run.pk))
+    traces.flush()  # stored before the reviewer decides, as a second later in production
+    runs.decide(run.approval_requests.get(), make_reviewer("rita"), True, message="Fine by me")
+    asyncio.run(runs.resume(run.pk))
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED, run.error
+    traces.flush()
+    client.force_login(make_viewer())
+
+    body = client.get(reverse("trace_export_otlp", args=[run.trace_id])).content
+    assert post(receiver.url, body) == 200
+    got = receiver.spans()
+    assert len(got) == Span.objects.filter(trace_id=run.trace_id).count()
+    [decision] = [span for span in got if span.name == DECISION_SPAN_NAME]
+    assert {
+        key: value for key, value in attrs(decision).items() if key.startswith("agentsite.")
+    } == {
+        "agentsite.approval.decision": "approve",
+        "agentsite.approval.reviewer": "rita",
+        "agentsite.approval.tool": "cancel_order",
+        "agentsite.approval.message": "Fine by me",
+        "agentsite.approval.always": False,
+    }
+    by_id = {span.span_id: span for span in got}
+    assert by_id[decision.parent_span_id].name == "invoke_agent Support desk"
+    # Paused, then resumed: one root span per part, both with the run and its outcome.
+    roots = [span for span in got if not span.parent_span_id]
+    assert len(roots) == 2
+    assert {attrs(root)["agentsite.outcome"] for root in roots} == {"approved"}
+    tools = [span for span in got if span.name == "execute_tool cancel_order"]
+    assert any("cancel" in attrs(span).get("gen_ai.tool.call.result", "") for span in tools)
+
+
 def test_approval_decisions_errors_and_foreign_ids_are_exported(
     client: Client, receiver: Receiver
 ) -> None:
