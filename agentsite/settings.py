@@ -11,6 +11,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -480,6 +481,40 @@ AGENTSITE_TRACE_REDACT_PATTERNS = env_json_list("AGENTSITE_TRACE_REDACT_PATTERNS
 AGENTSITE_TRACE_SENSITIVE_DATA = env_bool("AGENTSITE_TRACE_SENSITIVE_DATA", True)
 # `manage.py prune_traces` deletes traces older than this many days.
 AGENTSITE_TRACE_RETENTION_DAYS = env_int("AGENTSITE_TRACE_RETENTION_DAYS", 30)
+
+
+def _otlp_endpoint(name: str, value: str) -> str:
+    """An OTLP/HTTP traces URL, or empty (off). Refused at start-up unless http(s) with a
+    host: a typo would otherwise lose every span, logged once."""
+    value = value.strip()
+    if not value:
+        return ""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises ValueError for a port that is no number)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a URL: {error}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not an http(s) URL with a host, such as "
+            "http://127.0.0.1:4318/v1/traces."
+        )
+    return value
+
+
+# Forward every span also to an OpenTelemetry collector, as OTLP/HTTP JSON, to this URL (the
+# whole path: http://127.0.0.1:4318/v1/traces); empty: off.
+AGENTSITE_OTLP_ENDPOINT = _otlp_endpoint(
+    "AGENTSITE_OTLP_ENDPOINT", env_str("AGENTSITE_OTLP_ENDPOINT")
+)
+# Headers sent with each request (`authorization=Bearer x,foo=bar`, or a JSON object).
+AGENTSITE_OTLP_HEADERS = env_mapping("AGENTSITE_OTLP_HEADERS", {})
+# The resource's service.name in what is exported (the forwarding and /traces/<id>.otlp.json).
+AGENTSITE_OTLP_SERVICE_NAME = env_str("AGENTSITE_OTLP_SERVICE_NAME", "agentsite")
+# Seconds each POST to the collector may take (then retried twice, with backoff).
+AGENTSITE_OTLP_TIMEOUT = env_float("AGENTSITE_OTLP_TIMEOUT", 10.0)
+if AGENTSITE_OTLP_TIMEOUT <= 0:
+    raise ImproperlyConfigured(f"AGENTSITE_OTLP_TIMEOUT={AGENTSITE_OTLP_TIMEOUT:g} is not > 0.")
 
 # One handler, on the root logger: every app logger (and daphne's) propagates to it once.
 LOGGING = {

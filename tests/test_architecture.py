@@ -141,6 +141,7 @@ STORAGE = (
     "conversations.items",
     "conversations.session",
     "tracing.exporter",
+    "tracing.otlp",
     "tracing.recording",
     "tracing.redaction",
 )

@@ -21,7 +21,9 @@ inserts), and masked by one `redaction.Cleaner` per batch, which cleans each dis
 once.
 
 `export` never raises and never runs on an event loop. `install()` registers the processor
-once, at startup (`TracingConfig.ready`).
+once, at startup (`TracingConfig.ready`), and beside it, when `AGENTSITE_OTLP_ENDPOINT` is set,
+a second one whose `OtlpExporter` forwards the same spans, masked the same way, to an
+OpenTelemetry collector (`tracing.otlp`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,7 +55,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from agentsite.db.sql import placeholders
-from tracing import redaction
+from tracing import otlp, redaction
 from tracing.sql import new_trace, statements
 
 logger = logging.getLogger(__name__)
@@ -213,6 +216,53 @@ class DatabaseExporter(TracingExporter):
     def _failed(self, count: int) -> None:
         self.stats.failures += 1
         self.stats.dropped_items += count
+
+
+class OtlpExporter(DatabaseExporter):
+    """Forwards what its `BatchTraceProcessor` hands it to an OTLP/HTTP endpoint.
+
+    It reads the SDK's items with the database exporter's own `_parse` (masked by
+    `tracing.redaction`, inputs and outputs dropped with AGENTSITE_TRACE_SENSITIVE_DATA off),
+    so what leaves the site is what the database holds; it sends rather than stores. A trace
+    item carries no span: it is remembered (a bounded few) so that its spans, which may come
+    in later batches, name its conversation and run. `export` never raises (`otlp.Sender`
+    logs failures, once per burst).
+    """
+
+    REMEMBERED_TRACES = 1024
+
+    def __init__(self, sender: otlp.Sender, service_name: str = "agentsite") -> None:
+        super().__init__()
+        self.sender = sender
+        self.service_name = service_name
+        self._traces: OrderedDict[str, TraceInsert] = OrderedDict()
+
+    def export(self, items: list[SDKTrace | SDKSpan[Any]]) -> None:
+        try:
+            batch = self._parse(items)
+            for trace in batch.traces.values():
+                self._traces[trace.trace_id] = trace
+                self._traces.move_to_end(trace.trace_id)
+            while len(self._traces) > self.REMEMBERED_TRACES:
+                self._traces.popitem(last=False)
+            if not batch.spans:
+                return
+            payload = otlp.export_request(
+                batch.spans.values(), self._traces, service_name=self.service_name
+            )
+            if self.sender.send(payload):
+                self.stats.batches += 1
+                self.stats.spans += len(batch.spans)
+            else:
+                self._failed(len(batch.spans))
+        except Exception:
+            self._failed(len(items))
+            logger.exception("[non-fatal] OpenTelemetry: a batch of %d item(s) failed", len(items))
+
+    def _request_shutdown(self) -> None:
+        """Called by `BatchTraceProcessor.shutdown(timeout)` (the SDK's exit hook, within its
+        budget): what is left is tried once per batch, without retries."""
+        self.sender.stopping = True
 
 
 class StoredTrace(NamedTuple):
@@ -566,6 +616,7 @@ def _run_id(metadata: Any) -> int | None:
 # --- installing -----------------------------------------------------------------------------
 
 _installed: BatchTraceProcessor | None = None
+_forwarding: BatchTraceProcessor | None = None
 _install_lock = threading.Lock()
 
 
@@ -579,11 +630,23 @@ def make_processor(exporter: TracingExporter | None = None) -> BatchTraceProcess
     )
 
 
+def make_forwarding_processor() -> BatchTraceProcessor | None:
+    """The processor that forwards spans to `AGENTSITE_OTLP_ENDPOINT`, or None when unset."""
+    endpoint = settings.AGENTSITE_OTLP_ENDPOINT
+    if not endpoint:
+        return None
+    sender = otlp.Sender(
+        endpoint, settings.AGENTSITE_OTLP_HEADERS, timeout=settings.AGENTSITE_OTLP_TIMEOUT
+    )
+    return make_processor(OtlpExporter(sender, settings.AGENTSITE_OTLP_SERVICE_NAME))
+
+
 def install() -> BatchTraceProcessor | None:
-    """Register the database processor with the SDK, once per process.
+    """Register the database processor with the SDK, once per process, and the OTLP
+    forwarding one after it when `AGENTSITE_OTLP_ENDPOINT` is set.
 
     When OpenAI itself serves the model (`OPENAI_API_KEY` without `OPENAI_BASE_URL`, and
-    `AGENTSITE_OPENAI_TRACE_EXPORT` on) it is added beside the SDK's default processor, so
+    `AGENTSITE_OPENAI_TRACE_EXPORT` on) they are added beside the SDK's default processor, so
     OpenAI's trace dashboard keeps working. Otherwise that uploader can only log warnings (or
     send another server's key to OpenAI), so it is removed; any processor an integration
     registered (OpenTelemetry, Logfire, ...) stays.
@@ -591,20 +654,30 @@ def install() -> BatchTraceProcessor | None:
     The SDK flushes its processors at exit (an `atexit` hook registered with its provider),
     but within one 5-second budget shared by all of them in order of registration, so a slow
     upload to OpenAI could use it all up. Our queue is flushed by an `atexit` hook of its own,
-    registered after the SDK's, so it runs first.
+    registered after the SDK's, so it runs first. The forwarding queue is left to the SDK's
+    budget: an unreachable collector must not hold up a process's exit.
     """
-    global _installed
+    global _installed, _forwarding
     with _install_lock:
         if _installed is not None or not settings.AGENTSITE_TRACING:
             return _installed
         processor = make_processor()
+        forwarding = make_forwarding_processor()
+        ours = [processor] if forwarding is None else [processor, forwarding]
         if uploads_traces_to_openai():
-            add_trace_processor(processor)
+            for each in ours:
+                add_trace_processor(each)
         else:
-            set_trace_processors([*_other_processors(), processor])
+            set_trace_processors([*_other_processors(), *ours])
         atexit.register(_flush_at_exit, processor)
         _installed = processor
+        _forwarding = forwarding
         logger.debug("Tracing: runs are stored in the database")
+        if forwarding is not None:
+            logger.info(
+                "Tracing: spans are forwarded to %s",
+                otlp.shown_endpoint(settings.AGENTSITE_OTLP_ENDPOINT),
+            )
         return processor
 
 
@@ -620,6 +693,11 @@ def uploads_traces_to_openai() -> bool:
 
 def installed() -> BatchTraceProcessor | None:
     return _installed
+
+
+def forwarding() -> BatchTraceProcessor | None:
+    """The OTLP forwarding processor `install()` registered, if any."""
+    return _forwarding
 
 
 def _other_processors() -> list[TracingProcessor]:

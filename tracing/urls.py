@@ -1,10 +1,16 @@
 from django.urls import path
 
 from common import converters  # noqa: F401  (registers <key:...>)
-from tracing import views
+from tracing import otlp_views, views
 
 urlpatterns = [
     path("traces/", views.trace_list, name="trace_list"),
+    # Before `.json`, which would take `trace_x.otlp` for the id.
+    path(
+        "traces/<key:trace_id>.otlp.json",
+        otlp_views.trace_export_otlp,
+        name="trace_export_otlp",
+    ),
     path("traces/<key:trace_id>.json", views.trace_export, name="trace_export"),
     path("traces/<key:trace_id>/", views.trace_detail, name="trace_detail"),
     path("traces/<key:trace_id>/tree/", views.trace_tree, name="trace_tree"),
