@@ -5,8 +5,8 @@ personal data."""
 from __future__ import annotations
 
 import asyncio
-import time
 import json
+import time
 import uuid
 from datetime import timedelta
 from io import StringIO
