@@ -1,10 +1,12 @@
 from django.urls import path
 
 from common import converters  # noqa: F401  (registers <key:...>)
-from tracing import views
+from tracing import cost_views, export_views, views
 
 urlpatterns = [
     path("traces/", views.trace_list, name="trace_list"),
+    path("traces/costs/", cost_views.trace_costs, name="trace_costs"),
+    path("traces/export.jsonl", export_views.trace_export_jsonl, name="trace_export_jsonl"),
     path("traces/<key:trace_id>.json", views.trace_export, name="trace_export"),
     path("traces/<key:trace_id>/", views.trace_detail, name="trace_detail"),
     path("traces/<key:trace_id>/tree/", views.trace_tree, name="trace_tree"),
