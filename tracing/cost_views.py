@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, F, QuerySet, Value
+from django.db.models import CharField, Count, F, QuerySet, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, NullIf
 from django.http import HttpRequest, HttpResponse
@@ -61,11 +61,13 @@ def spans_of_range(form: CostRangeForm) -> QuerySet[Span]:
             NullIf(F("trace__run__agent_name"), Value("")),
             NullIf(KT("trace__metadata__agent"), Value("")),
             F("trace__workflow_name"),
+            output_field=CharField(),
         ),
         user=Coalesce(
             F("trace__run__requested_by__username"),
             F("trace__run__conversation__owner__username"),
             Value(""),
+            output_field=CharField(),
         ),
     )
 

@@ -147,8 +147,10 @@ def export_chunk(
     return lines, (last.started_at, last.pk) if more else None
 
 
-async def stream_lines(filters: Q, limit: int = EXPORT_LIMIT) -> AsyncIterator[str]:
-    """Every line of the export, a chunk (one database hop) at a time."""
+async def stream_lines(filters: Q, limit: int | None = None) -> AsyncIterator[str]:
+    """Every line of the export (at most `limit`, by default `EXPORT_LIMIT`), a chunk (one
+    database hop) at a time."""
+    limit = EXPORT_LIMIT if limit is None else limit
     book = await db_hop(PriceBook.load)()
     sent = 0
     after: tuple[datetime, int] | None = None

@@ -219,8 +219,6 @@ def list_page(
     filters: Q,
     older: tuple[datetime, int] | None = None,
     newer: tuple[datetime, int] | None = None,
-    *,
-    size: int = PAGE_SIZE,
 ) -> ListPage:
     """One page of traces, newest first, by keyset: a page costs the same at row 100,000 as
     at row 1, reads through the `-started_at` (or `status, -started_at`) index, and counts
@@ -230,16 +228,16 @@ def list_page(
         at, pk = newer
         # Written as a range on started_at, so the index bounds the scan.
         after = traces.filter(Q(started_at__gte=at) & (Q(started_at__gt=at) | Q(pk__gt=pk)))
-        found = list(after.order_by("started_at", "pk")[: size + 1])
-        if len(found) > size:
-            page = found[:size][::-1]
+        found = list(after.order_by("started_at", "pk")[: PAGE_SIZE + 1])
+        if len(found) > PAGE_SIZE:
+            page = found[:PAGE_SIZE][::-1]
             return _page(page, has_older=True, has_newer=True)
         # Too close to the top for a full page: show the newest page instead.
     if older is not None and newer is None:
         at, pk = older
         traces = traces.filter(Q(started_at__lte=at) & (Q(started_at__lt=at) | Q(pk__lt=pk)))
-    found = list(traces.order_by("-started_at", "-pk")[: size + 1])
-    return _page(found[:size], has_older=len(found) > size, has_newer=older is not None)
+    found = list(traces.order_by("-started_at", "-pk")[: PAGE_SIZE + 1])
+    return _page(found[:PAGE_SIZE], has_older=len(found) > PAGE_SIZE, has_newer=older is not None)
 
 
 def _page(traces: list[Trace], *, has_older: bool, has_newer: bool) -> ListPage:
