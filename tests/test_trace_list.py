@@ -207,7 +207,7 @@ def test_each_row_shows_input_user_agent_outcome_times_tokens_cost_and_ratings(
     assert '<td data-label="Tokens" class="num">1,100,000</td>' in row
     # 800k × $1 + 200k × $0.50 + 100k × $4, per million.
     assert '<span class="money">$1.30</span>' in row
-    assert "2 thumbs down" in row and "👎</span> 2" in row
+    assert '<span class="rating rating-down">2 thumbs down</span>' in row
 
     row = row_html(html, failed)
     assert '<span class="outcome outcome-failed">Failed</span>' in row
@@ -215,7 +215,7 @@ def test_each_row_shows_input_user_agent_outcome_times_tokens_cost_and_ratings(
     # Never $0 for a model without a price; olga may not add prices: no link.
     assert "$0" not in row
     assert f'<span class="no-price">no price for {UNPRICED}</span>' in row
-    assert "1 thumbs up" in row
+    assert '<span class="rating rating-up">1 thumbs up</span>' in row
 
     for trace, css in [
         (completed, "outcome-completed"),

@@ -103,15 +103,6 @@ class Ratings:
     def __bool__(self) -> bool:
         return bool(self.up or self.down)
 
-    @property
-    def words(self) -> str:
-        parts = []
-        if self.up:
-            parts.append(f"{self.up} thumbs up")
-        if self.down:
-            parts.append(f"{self.down} thumbs down")
-        return ", ".join(parts)
-
 
 @dataclass
 class TraceListRow:
