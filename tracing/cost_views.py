@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import CharField, Count, F, QuerySet, Value
-from django.db.models.fields.json import KT
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, NullIf
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -59,7 +59,7 @@ def spans_of_range(form: CostRangeForm) -> QuerySet[Span]:
     return Span.objects.filter(started_at__gte=start, started_at__lt=end).annotate(
         agent=Coalesce(
             NullIf(F("trace__run__agent_name"), Value("")),
-            NullIf(KT("trace__metadata__agent"), Value("")),
+            NullIf(KeyTextTransform("agent", "trace__metadata"), Value("")),
             F("trace__workflow_name"),
             output_field=CharField(),
         ),
