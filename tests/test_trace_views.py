@@ -247,7 +247,7 @@ def test_the_list_shows_every_trace_newest_first_with_its_numbers(
     row = html[html.index(f'id="trace-{newer.pk}"') :]
     row = row[: row.index("</tr>")]
     assert f'href="/traces/{newer.trace_id}/">agentsite: Support desk</a>' in row
-    assert f'<code class="trace-id-small">{newer.trace_id}</code>' in row
+    assert f'<code class="trace-id-small" title="{newer.trace_id}">{newer.trace_id}</code>' in row
     assert '<td data-label="Agent">support</td>' in row
     # A trace without a run shows its status's outcome.
     assert '<span class="outcome outcome-completed">Completed</span>' in row
