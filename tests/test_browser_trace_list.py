@@ -131,6 +131,9 @@ def test_the_list_filters_by_outcome_and_tool_and_exports_the_ticked_rows(
     # On a phone the rows stack, each cell labelled.
     page.set_viewport_size({"width": 390, "height": 844})
     expect(rejected_row.locator('[data-label="Outcome"]')).to_be_visible()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the trace list scrolls sideways on a phone ({width}px)"
+    rejected_row.scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "list-traces-phone.png"), full_page=False)
 
 
