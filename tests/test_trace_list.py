@@ -19,6 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from approvals.models import DecisionKind, RunStatus
+from tests.conftest import Traces
 from tests.factories import (
     T0,
     grant,
@@ -33,6 +34,7 @@ from tests.factories import (
     make_viewer,
 )
 from tests.plans import explain
+from tests.test_trace_views import run_demo
 from tracing import export_views
 from tracing.models import Feedback, ModelPrice, Span, Trace, TraceOutcome, TraceStatus
 
@@ -232,6 +234,35 @@ def test_each_row_shows_input_user_agent_outcome_times_tokens_cost_and_ratings(
             assert 'class="reason"' not in row
         assert '<td data-label="Feedback" class="feedback">—</td>' in row
     assert f'href="{reverse("trace_costs")}"' in html
+
+
+@pytest.fixture
+def demo(monkeypatch: pytest.MonkeyPatch, orders: None, fresh_registry: None) -> None:
+    """The demo shop and its agent; runs execute when the test says so."""
+    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_run_of_the_demo_shows_its_input_user_outcome_tool_and_unpriced_model(
+    client: Client, traces: Traces, demo: None
+) -> None:
+    """A run traced as in production: the exporter's spans, the engine's outcome."""
+    client.force_login(make_viewer())
+    run = run_demo("where is order 7? I am chen@example.com")
+    traces.flush()
+    trace = Trace.objects.get(trace_id=run.trace_id)
+    assert trace.outcome == TraceOutcome.COMPLETED and trace.active_seconds
+
+    response = client.get(reverse("trace_list"), {"tool": "lookup_order", "outcome": "completed"})
+    assert listed(response) == [trace.trace_id]
+    row = row_html(response.content.decode(), trace)
+    assert "where is order 7? I am [email]" in row and "chen@example.com" not in row
+    assert '<a href="/traces/?user=chen"' in row
+    assert '<span class="outcome outcome-completed">Completed</span>' in row
+    # The offline demo model has no price in tests: never $0.
+    assert '<span class="no-price">no price for offline-demo</span>' in row and "$0" not in row
+    assert f'<td data-label="Tokens" class="num">{trace.total_tokens:,}</td>' in row
+    assert trace.total_tokens > 0
 
 
 def test_people_who_may_add_prices_get_a_link_to_add_one(client: Client) -> None:
