@@ -230,7 +230,10 @@ def test_the_list_shows_every_trace_newest_first_with_its_numbers(
 ) -> None:
     older = make_trace(status=TraceStatus.ERROR, total_tokens=12, group_id="conv_a")
     newer = make_trace(
-        started_at=T0, ended_at=T0 + timedelta(milliseconds=850), total_tokens=12_345
+        started_at=T0,
+        ended_at=T0 + timedelta(milliseconds=850),
+        total_tokens=12_345,
+        active_seconds=0.85,
     )
     Span.objects.bulk_create(
         [make_span(newer, "task"), make_span(newer, "agent"), make_span(older, "task")]
@@ -244,15 +247,17 @@ def test_the_list_shows_every_trace_newest_first_with_its_numbers(
     row = html[html.index(f'id="trace-{newer.pk}"') :]
     row = row[: row.index("</tr>")]
     assert f'href="/traces/{newer.trace_id}/">agentsite: Support desk</a>' in row
-    assert f'<code class="trace-id-small">{newer.trace_id}</code>' in row
+    assert f'<code class="trace-id-small" title="{newer.trace_id}">{newer.trace_id}</code>' in row
     assert '<td data-label="Agent">support</td>' in row
-    assert '<span class="status status-ok">OK</span>' in row
+    # A trace without a run shows its status's outcome.
+    assert '<span class="outcome outcome-completed">Completed</span>' in row
     assert "Nov 30, 09:00:00" in row
-    assert '<td data-label="Duration" class="num">850 ms</td>' in row
+    assert '<td data-label="Active" class="num">850 ms</td>' in row
+    assert '<td data-label="Waiting" class="num">—</td>' in row
     assert '<td data-label="Tokens" class="num">12,345</td>' in row
     assert '<td data-label="Spans" class="num">2</td>' in row
     assert f'href="/traces/?conversation={newer.group_id}"' in row
-    assert '<span class="status status-error">Error</span>' in html
+    assert '<span class="outcome outcome-failed">Failed</span>' in html
 
 
 def test_it_filters_by_agent_conversation_status_and_dates(client: Client, olga: Any) -> None:
@@ -382,8 +387,10 @@ def test_it_pages_through_100000_traces_by_keyset_through_an_index(
     # Newest first, 50 a page, each next page strictly older, none counted.
     seen: list[str] = []
     url = reverse("trace_list")
+    # The session, the user, the traces, their spans counted, the price table, their calls'
+    # usage, their runs' ratings (tests/test_trace_list.py: the same for 5 rows and 50).
     for _ in range(4):
-        with django_assert_max_num_queries(6):
+        with django_assert_max_num_queries(9):
             response, queries = page(url)
         seen += listed(response)
         assert not any("COUNT(" in sql.upper() for sql in queries if "tracing_span" not in sql)
@@ -396,7 +403,7 @@ def test_it_pages_through_100000_traces_by_keyset_through_an_index(
     deep = Trace.objects.order_by("-started_at", "-pk")[99_970]
     assert deep.started_at is not None
     deep_url = reverse("trace_list") + f"?older={make_cursor(deep.started_at, deep.pk)}"
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(9):
         response, queries = page(deep_url)
     assert len(listed(response)) == 29 and not response.context["older_url"]
     assert response.context["newer_url"]

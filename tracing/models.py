@@ -254,6 +254,10 @@ class Span(models.Model):
             models.Index(fields=["trace", "started_at"], name="span_trace_started"),
             # The model calls by time, for cost and token totals per day, model and agent.
             models.Index(fields=["started_at", "model"], name="span_usage", condition=~Q(model="")),
+            # The calls of a tool, for the trace list's tool filter.
+            models.Index(
+                fields=["name", "trace"], name="span_tool", condition=Q(span_type="function")
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,10 +1,12 @@
 from django.urls import path
 
 from common import converters  # noqa: F401  (registers <key:...>)
-from tracing import otlp_views, views
+from tracing import cost_views, export_views, otlp_views, views
 
 urlpatterns = [
     path("traces/", views.trace_list, name="trace_list"),
+    path("traces/costs/", cost_views.trace_costs, name="trace_costs"),
+    path("traces/export.jsonl", export_views.trace_export_jsonl, name="trace_export_jsonl"),
     # Before `.json`, which would take `trace_x.otlp` for the id.
     path(
         "traces/<key:trace_id>.otlp.json",

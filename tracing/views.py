@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Case, CharField, Count, Q, QuerySet, Value, When
+from django.db.models import Case, CharField, Count, Prefetch, Q, QuerySet, Value, When
 from django.db.models.fields.json import KT
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
@@ -28,9 +29,19 @@ from approvals.models import AgentRun
 from common import formatting
 from common.http import HtmxHttpRequest
 from engine import events, permissions
+from tracing import pricing, redaction
 from tracing import tree as trees
 from tracing.forms import TraceFilterForm, make_cursor, registered_workflow
-from tracing.models import SPAN_PLACE_FIELDS, Span, Trace, trace_status
+from tracing.models import (
+    SPAN_PLACE_FIELDS,
+    Feedback,
+    FeedbackScore,
+    Span,
+    Trace,
+    TraceOutcome,
+    trace_status,
+)
+from tracing.pricing import Cost
 from tracing.recording import DECISION_SPAN_NAME
 
 PAGE_SIZE = 50
@@ -77,21 +88,92 @@ def _get_trace_for_viewer(request: HttpRequest, trace_id: str) -> Trace:
 # --- the list -------------------------------------------------------------------------------
 
 
+# How long the user's input is on a row; the whole of it (masked) is its title.
+INPUT_CHARS = 120
+TITLE_CHARS = 2_000
+
+
+@dataclass
+class Ratings:
+    """End users' thumbs on a trace's run."""
+
+    up: int = 0
+    down: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.up or self.down)
+
+
 @dataclass
 class TraceListRow:
-    """A row of the trace list: a trace and how many spans it has."""
+    """A row of the trace list: a trace, how many spans it has, what its calls cost and how
+    its run was rated."""
 
     trace: Trace
     span_count: int
+    cost: Cost | None = None
+    ratings: Ratings = field(default_factory=Ratings)
+    shown_cost: CostShown | None = None
+
+    @property
+    def run(self) -> AgentRun | None:
+        return self.trace.run
 
     @property
     def agent(self) -> str:
+        if self.run is not None and self.run.agent_name:
+            return self.run.agent_name
         metadata = self.trace.metadata if isinstance(self.trace.metadata, dict) else {}
         return str(metadata.get("agent") or "")
 
     @property
+    def user(self) -> str:
+        """Who asked: the run's requester, else its conversation's owner."""
+        run = self.run
+        if run is None:
+            return ""
+        person = run.requested_by or run.conversation.owner
+        return person.get_username() if person is not None else ""
+
+    @cached_property
+    def input_text(self) -> str:
+        """The user's input, masked (the run stores it as written), for the row's title."""
+        if self.run is None or not self.run.input:
+            return ""
+        return formatting.preview(str(redaction.clean(self.run.input)), TITLE_CHARS)
+
+    @property
+    def input_preview(self) -> str:
+        return formatting.preview(self.input_text, INPUT_CHARS)
+
+    @property
+    def outcome(self) -> str:
+        return self.trace.shown_outcome
+
+    @property
+    def outcome_label(self) -> str:
+        return self.trace.get_shown_outcome_display()
+
+    @property
+    def reason(self) -> str:
+        """Why it ended so (a failure's first line, which call was decided how); none for a
+        run that simply completed or is still going."""
+        if self.outcome in (TraceOutcome.COMPLETED, TraceOutcome.RUNNING, TraceOutcome.WAITING):
+            return ""
+        return self.trace.outcome_reason.splitlines()[0] if self.trace.outcome_reason else ""
+
+    @property
     def duration(self) -> str:
         return formatting.duration(self.trace.duration_seconds)
+
+    @property
+    def active(self) -> str:
+        return formatting.duration(self.trace.active_seconds)
+
+    @property
+    def waiting(self) -> str:
+        waiting = self.trace.waiting_seconds
+        return formatting.duration(waiting) if waiting else "—"
 
     @property
     def tokens(self) -> str:
@@ -105,10 +187,22 @@ class ListPage:
     newer: str = ""  # the cursor of the previous, newer page, if there is one
 
 
+# A run's columns the list never reads (its saved state can be large).
+RUN_UNREAD = ("state", "streamed_text", "final_output", "usage", "error", "error_detail")
+
+
+def with_runs(traces: QuerySet[Trace], unread: Iterable[str] = RUN_UNREAD) -> QuerySet[Trace]:
+    """`traces` with their runs, each run's requester and its conversation's owner, read in
+    one more query for the whole page: joined into the page's own query, they would turn the
+    planner from the keyset's index walk to a scan and a sort."""
+    runs = AgentRun.objects.select_related("requested_by", "conversation__owner").defer(*unread)
+    return traces.prefetch_related(Prefetch("run", queryset=runs))
+
+
 def listed_traces(filters: Q | None = None) -> QuerySet[Trace]:
-    """Traces with at least one stored span (a trace has no time before that), filtered.
-    A trace without spans yet is still reachable by its id."""
-    traces = Trace.objects.filter(started_at__isnull=False)
+    """Traces with at least one stored span (a trace has no time before that), filtered,
+    with their runs (`with_runs`). A trace without spans yet is still reachable by its id."""
+    traces = with_runs(Trace.objects.filter(started_at__isnull=False))
     return traces.filter(filters) if filters is not None else traces
 
 
@@ -138,8 +232,19 @@ def list_page(
 
 
 def _page(traces: list[Trace], *, has_older: bool, has_newer: bool) -> ListPage:
-    counts = span_counts(trace.trace_id for trace in traces)
-    rows = [TraceListRow(trace, counts.get(trace.trace_id, 0)) for trace in traces]
+    ids = [trace.trace_id for trace in traces]
+    counts = span_counts(ids)
+    costs = pricing.trace_costs(ids) if ids else {}
+    ratings = run_ratings(trace.run_id for trace in traces if trace.run_id is not None)
+    rows = [
+        TraceListRow(
+            trace,
+            counts.get(trace.trace_id, 0),
+            costs.get(trace.trace_id),
+            ratings.get(trace.run_id, Ratings()) if trace.run_id is not None else Ratings(),
+        )
+        for trace in traces
+    ]
     page = ListPage(rows)
     if traces and has_older:
         last = traces[-1]
@@ -165,6 +270,24 @@ def span_counts(trace_ids: Iterable[str]) -> dict[str, int]:
         .values_list("trace_id", "count")
     )
     return {str(trace_id): int(count) for trace_id, count in rows}
+
+
+def run_ratings(run_ids: Iterable[int]) -> dict[int, Ratings]:
+    """Thumbs up and down per run, in one query over the feedback's run index."""
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    rows = (
+        Feedback.objects.filter(run_id__in=ids)
+        .order_by()
+        .values("run_id")
+        .annotate(
+            up=Count("pk", filter=Q(score=FeedbackScore.UP)),
+            down=Count("pk", filter=Q(score=FeedbackScore.DOWN)),
+        )
+        .values_list("run_id", "up", "down")
+    )
+    return {int(run_id): Ratings(int(up), int(down)) for run_id, up, down in rows}
 
 
 def agent_choices() -> list[str]:
@@ -193,11 +316,17 @@ def trace_list(request: HttpRequest) -> HttpResponse:
         filters = form.filter_values()
     else:
         page, filters = ListPage([]), {}
+    may_price = may_add_prices(request.user)
+    for row in page.rows:
+        row.shown_cost = cost_shown(row.cost, may_price)
     query = urlencode(filters)
     context = {
         "form": form,
         "page": page,
         "filtered": bool(filters),
+        "export_all_url": reverse("trace_export_jsonl") + (f"?{query}" if query else ""),
+        "outcome_choices": TraceFilterForm.OUTCOMES[1:],
+        "feedback_choices": TraceFilterForm.FEEDBACK[1:],
         "older_url": _list_url({**filters, "older": page.older}) if page.older else "",
         "newer_url": _list_url({**filters, "newer": page.newer}) if page.newer else "",
         "newest_url": _list_url(filters) if page.newer else "",
@@ -206,6 +335,28 @@ def trace_list(request: HttpRequest) -> HttpResponse:
         "status_choices": TraceFilterForm.STATUSES[1:],
     }
     return render(request, "tracing/trace_list.html", context, status=200 if valid else 400)
+
+
+@dataclass
+class CostShown:
+    """A cost as a cell shows it: the money of the priced calls, and each model without a
+    price, linked to the form that adds it for people who may (never a cost of 0)."""
+
+    money: str
+    missing: list[tuple[str, str]]  # (model, the add form's URL, or "")
+    empty: bool  # no model call at all
+
+
+def cost_shown(cost: Cost | None, may_price: bool) -> CostShown:
+    if cost is None or not cost.calls:
+        return CostShown("", [], True)
+    missing = [(model, pricing.add_price_url(model) if may_price else "") for model in cost.missing]
+    return CostShown(cost.money(), missing, False)
+
+
+def may_add_prices(user: Any) -> bool:
+    """Who sees "no price for X" as a link to add the price: staff allowed to add one."""
+    return bool(user.is_staff and user.has_perm("tracing.add_modelprice"))
 
 
 def _list_url(values: dict[str, str]) -> str:
