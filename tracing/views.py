@@ -15,8 +15,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django import forms
 from django.contrib.auth.decorators import login_required
-from django.db.models import Case, CharField, Count, Q, QuerySet, Value, When
+from django.db.models import (
+    BooleanField,
+    Case,
+    CharField,
+    Count,
+    ExpressionWrapper,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django.db.models.fields.json import KT
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
@@ -217,8 +228,8 @@ def _list_url(values: dict[str, str]) -> str:
 
 
 def tree_spans(trace: Trace) -> QuerySet[Span]:
-    """The spans of a trace for its tree: one query, whatever their number, without their
-    data, but with the few values a row shows from it (a guardrail's verdict, a decision)."""
+    """The spans of a trace for its tree, without their data, but with the few values a row
+    shows from it (a guardrail's verdict, a decision)."""
     decision = Q(span_type="custom", name=DECISION_SPAN_NAME)
     return (
         Span.objects.filter(trace_id=trace.trace_id)
@@ -252,16 +263,75 @@ def other_runs(trace: Trace) -> list[Trace]:
     return list(others.order_by("-started_at", "-pk")[:OTHER_RUNS])
 
 
-def tree_context(trace: Trace) -> dict[str, Any]:
-    """What the page's `tree` and `summary` partials need, for the page and its refreshes."""
-    spans = list(tree_spans(trace))
-    tree = trees.build(spans)
-    errors = sum(1 for span in spans if span.error is not None)
+def skeleton(trace: Trace) -> trees.Skeleton:
+    """The trace's shape: one light query over the (trace, started_at) index, three narrow
+    values a span, whatever the trace holds."""
+    links = (
+        Span.objects.filter(trace_id=trace.trace_id)
+        .order_by("started_at", "pk")
+        .values_list(
+            "span_id",
+            "parent_id",
+            ExpressionWrapper(Q(error__isnull=False), output_field=BooleanField()),
+        )
+    )
+    return trees.Skeleton.of(links)
+
+
+def shown_tree(
+    trace: Trace, shape: trees.Skeleton, view: trees.View, tops: list[Any]
+) -> trees.Tree:
+    """The rows `view` shows from `tops`, read in one query (of those rows only, unless the
+    whole trace is shown)."""
+    items = view.items(tops)
+    spans = tree_spans(trace)
+    if not view.whole:
+        ids = [item[1] for item in items if isinstance(item, tuple)]
+        spans = spans.filter(span_id__in=ids)
+    by_id = {span.span_id: span for span in spans}
+    return trees.arrange(shape, items, by_id, started_at=trace.started_at, ended_at=trace.ended_at)
+
+
+class TreeStateForm(forms.Form):
+    """What the reader has loaded of a big trace, sent back by a live refresh so that it
+    keeps it: the spans whose subtrees were loaded, and per span how many children."""
+
+    open = forms.Field(required=False, widget=forms.MultipleHiddenInput)
+    more = forms.Field(required=False, widget=forms.MultipleHiddenInput)
+
+    LIMIT = 200
+
+    def clean_open(self) -> list[str]:
+        values = self.cleaned_data.get("open") or []
+        return [str(value) for value in values if 0 < len(str(value)) <= 64][: self.LIMIT]
+
+    def clean_more(self) -> dict[str, int]:
+        loaded: dict[str, int] = {}
+        for value in (self.cleaned_data.get("more") or [])[: self.LIMIT]:
+            span_id, _, count = str(value).rpartition(":")
+            if span_id and len(span_id) <= 64 and count.isdigit():
+                loaded[span_id] = min(int(count), 1_000_000)
+        return loaded
+
+
+def tree_context(
+    trace: Trace,
+    *,
+    opened: Iterable[str] = (),
+    more: dict[str, int] | None = None,
+    selected: str = "",
+) -> dict[str, Any]:
+    """What the page's `tree` and `summary` partials need, for the page and its refreshes.
+    A big trace shows its top levels (`trees.View.first`), and what the reader loaded."""
+    shape = skeleton(trace)
+    shown = [selected] if selected in shape else []
+    view = trees.View.first(shape, opened=[*opened, *shown], shown=shown, more=more)
+    tree = shown_tree(trace, shape, view, view.visible(None))
     return {
         "trace": trace,
         "tree": tree,
-        "span_count": len(spans),
-        "error_count": errors,
+        "span_count": tree.span_count,
+        "error_count": tree.error_count,
         "tokens": f"{trace.total_tokens:,}",
         "duration": formatting.duration(tree.duration_seconds),
         "ticks": [
@@ -271,8 +341,15 @@ def tree_context(trace: Trace) -> dict[str, Any]:
             }
             for tick in tree.ticks()
         ],
-        # Each row's link is this prefix and its span id: one reverse() per tree, not per row.
+        **_tree_urls(trace),
+    }
+
+
+def _tree_urls(trace: Trace) -> dict[str, str]:
+    # Each row's links are a prefix and its span id: one reverse() per tree, not per row.
+    return {
         "span_url": reverse("trace_span", args=[trace.trace_id, "SPAN"])[: -len("SPAN/")],
+        "subtree_url": reverse("trace_subtree", args=[trace.trace_id, "SPAN"])[: -len("SPAN/")],
         "tree_url": reverse("trace_tree", args=[trace.trace_id]),
     }
 
@@ -280,7 +357,7 @@ def tree_context(trace: Trace) -> dict[str, Any]:
 def _page_context(trace: Trace, selected: Span | None = None) -> dict[str, Any]:
     group = events.trace_group(trace.trace_id)
     return {
-        **tree_context(trace),
+        **tree_context(trace, selected=selected.span_id if selected is not None else ""),
         "others": other_runs(trace),
         "panel": span_panel_context(trace, selected) if selected is not None else None,
         "selected_id": selected.span_id if selected is not None else "",
@@ -302,9 +379,51 @@ def trace_detail(request: HttpRequest, trace_id: str) -> HttpResponse:
 @trace_viewer_required
 def trace_tree(request: HttpRequest, trace_id: str) -> HttpResponse:
     """The tree and waterfall alone (with the summary), re-read on every socket (re)connect
-    and whenever the exporter stored more of the trace."""
+    and whenever the exporter stored more of the trace; with what the reader had loaded."""
     trace = _get_trace_for_viewer(request, trace_id)
-    return render(request, "tracing/trace_detail.html#tree-refresh", tree_context(trace))
+    form = TreeStateForm(request.GET)
+    state = form.cleaned_data if form.is_valid() else {}
+    context = tree_context(trace, opened=state.get("open", []), more=state.get("more", {}))
+    return render(request, "tracing/trace_detail.html#tree-refresh", context)
+
+
+class SubtreeForm(forms.Form):
+    """Which of a span's children a subtree load brings (a page of them at most)."""
+
+    start = forms.IntegerField(required=False, min_value=0, max_value=10_000_000)
+    stop = forms.IntegerField(required=False, min_value=0, max_value=10_000_000)
+
+
+@require_GET
+@login_required
+@trace_viewer_required
+def trace_subtree(request: HtmxHttpRequest, trace_id: str, span_id: str) -> HttpResponse:
+    """A span's children, a page at a time, each with its own subtree to load on demand:
+    what a big trace's collapsed rows and "N more" controls load. Without htmx, the trace
+    page with that span open."""
+    trace = _get_trace_for_viewer(request, trace_id)
+    form = SubtreeForm(request.GET)
+    if not form.is_valid():
+        return HttpResponse(form.errors.as_text(), status=400, content_type="text/plain")
+    shape = skeleton(trace)
+    if span_id not in shape:
+        raise Http404("No such span in this trace.")
+    if not request.htmx:
+        span = get_object_or_404(Span, trace_id=trace.trace_id, span_id=span_id)
+        return render(request, "tracing/trace_detail.html", _page_context(trace, selected=span))
+    start = form.cleaned_data.get("start") or 0
+    stop = form.cleaned_data.get("stop")
+    stop = min(stop, start + trees.CHILD_PAGE) if stop is not None else start + trees.CHILD_PAGE
+    view = trees.View(shape, first_depth=0)
+    kids = view.visible(span_id, start, stop)
+    rest = shape.kids(span_id)
+    end = form.cleaned_data.get("stop")
+    end = len(rest) if end is None else min(end, len(rest))
+    if stop < end:
+        kids.append(trees.Gap(span_id, shape.depth[span_id] + 1, stop, end))
+    tree = shown_tree(trace, shape, view, kids)
+    context = {"trace": trace, "tree": tree, "selected_id": "", **_tree_urls(trace)}
+    return render(request, "tracing/trace_detail.html#subtree", context)
 
 
 @require_GET
