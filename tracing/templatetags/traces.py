@@ -118,7 +118,7 @@ def _row(row: Row, span_url: str, selected_id: str, subtree_url: str = "") -> st
             f'<details class="node is-lazy" id="node-{span_id}" data-load="{load}">'
             f'<summary class="{classes}" {style}>{cells}</summary>'
             f'<div class="row subtree-load depth-{min(row.depth + 1, MAX_INDENT)}" '
-            f'data-depth="{row.depth + 1}"><span class="name-cell">'
+            f'data-depth="{row.depth + 1}" hx-push-url="false"><span class="name-cell">'
             f'<span class="caret" aria-hidden="true"></span>'
             f'<a class="tree-more" href="{load}">Show its {count}</a></span></div></details>\n'
         )
