@@ -6,18 +6,39 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import date, timedelta
+from decimal import Decimal
+from html import escape
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
-from tests.factories import make_span, make_trace, make_user, make_viewer
+from approvals.models import AgentRun, RunStatus
+from tests.factories import (
+    grant,
+    make_run,
+    make_span,
+    make_staff,
+    make_trace,
+    make_user,
+    make_viewer,
+)
 from tests.test_trace_views import realistic_spans
+from tracing import pricing
 from tracing import tree as trees
-from tracing.models import Span, Trace
+from tracing.models import (
+    Feedback,
+    FeedbackScore,
+    ModelPrice,
+    Span,
+    Trace,
+    TraceOutcome,
+    TraceStatus,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -197,3 +218,261 @@ def test_the_subtree_url_is_for_operators_and_this_traces_spans_only(client: Cli
     assert client.get(subtree(trace, stranger), **HTMX).status_code == 404
     assert client.get(subtree(trace, "span_never"), **HTMX).status_code == 404
     assert client.get(url + "?start=-1", **HTMX).status_code == 400
+
+
+# --- the summary ----------------------------------------------------------------------------
+
+
+def summarised_trace(**trace_fields: Any) -> tuple[Trace, Any]:
+    """A run that asked for a refund, answered and was rated down; its trace an hour long,
+    two seconds of it working, with a priced and an unpriced model call."""
+    chen = make_user(username="chen")
+    run = make_run(
+        owner=chen,
+        status=RunStatus.COMPLETED,
+        input="Refund order 7 please, mail me at chen@example.com " + XSS,
+        final_output="I refunded $20.00 on order 7.",
+    )
+    trace_fields.setdefault("outcome", TraceOutcome.REJECTED)
+    trace_fields.setdefault("outcome_reason", "refund_order rejected by rita: over the limit")
+    trace = make_trace(run=run, active_seconds=2.0, total_tokens=1_600, **trace_fields)
+    Trace.objects.filter(pk=trace.pk).update(ended_at=trace.started_at + timedelta(hours=1))
+    trace.refresh_from_db()
+    task = make_span(trace, "task", "agentsite: Support desk", end=3600)
+    priced = make_span(
+        trace,
+        "generation",
+        "acme-mini",
+        parent=task,
+        start=0.1,
+        end=1,
+        model="acme-mini",
+        input_tokens=1_000,
+        cached_tokens=200,
+        output_tokens=100,
+        total_tokens=1_100,
+    )
+    unpriced = make_span(
+        trace,
+        "generation",
+        "house-model",
+        parent=task,
+        start=1,
+        end=2,
+        model="house-model",
+        input_tokens=400,
+        output_tokens=100,
+        total_tokens=500,
+    )
+    Span.objects.bulk_create([task, priced, unpriced])
+    ModelPrice.objects.create(
+        model="acme-mini",
+        input_per_million=Decimal("0.40"),
+        cached_input_per_million=Decimal("0.10"),
+        output_per_million=Decimal("1.60"),
+        valid_from=date(2020, 1, 1),
+    )
+    Feedback.objects.create(
+        run=run,
+        user=chen,
+        score=FeedbackScore.DOWN,
+        comment=f"Wrong amount! {XSS} chen@example.com",
+    )
+    return trace, run
+
+
+def test_the_summary_says_how_the_run_went(client: Client, olga: Any) -> None:
+    trace, run = summarised_trace()
+    html = text(client.get(reverse("trace_detail", args=[trace.trace_id])))
+    start = html.index('id="trace-summary"')
+    summary = html[start : html.index("</header>", start)]
+    assert '<span class="outcome outcome-rejected">Completed, a call rejected</span>' in summary
+    assert "refund_order rejected by rita: over the limit" in summary
+    assert "<dt>Active</dt><dd" in summary and ">2.00 s</dd>" in summary
+    assert ">59 min 58 s</dd>" in summary  # an hour, less its two seconds of work
+    assert "1,400 (200 cached) · 200" in summary  # tokens in (cached) · out
+    # 800 × 0.40 + 200 × 0.10 + 100 × 1.60 per million: $0.000500; the other model unpriced.
+    assert '<span class="money">$0.000500</span>' in summary
+    assert "no price for <code>house-model</code>" in summary
+    assert "add its price" not in summary  # an operator who may not add prices
+    assert "<dd>chen</dd>" in summary
+    # Her input and her comment are masked and escaped; the thumbs down is there.
+    assert "[email]" in summary and "chen@example.com" not in html
+    assert XSS not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in summary
+    assert "👎" in summary and "Wrong amount!" in summary
+    assert "I refunded $20.00 on order 7." in summary
+
+
+def test_the_summary_links_the_conversation_and_the_price_form_once_they_exist(
+    client: Client, olga: Any
+) -> None:
+    trace, _ = summarised_trace()
+    html = text(client.get(reverse("trace_detail", args=[trace.trace_id])))
+    try:
+        conversation = reverse("trace_conversation", args=[trace.group_id])
+    except NoReverseMatch:  # helper "sessions" builds it
+        assert f"?conversation={trace.group_id}" in html
+    else:
+        assert f'href="{conversation}"' in html
+    keeper = grant(make_staff("pia"), "tracing.view_trace", "tracing.add_modelprice")
+    client.force_login(keeper)
+    html = text(client.get(reverse("trace_detail", args=[trace.trace_id])))
+    try:
+        add = pricing.add_price_url("house-model")
+    except NoReverseMatch:  # helper "list" adds the price admin
+        assert "add its price" not in html
+    else:
+        assert f'href="{escape(add)}">add its price</a>' in html
+
+
+# --- the live status ------------------------------------------------------------------------
+
+
+def test_a_finished_trace_is_not_live_and_a_waiting_one_says_waiting(
+    client: Client, olga: Any
+) -> None:
+    trace, run = summarised_trace(status=TraceStatus.OK, outcome=TraceOutcome.COMPLETED)
+    html = text(client.get(reverse("trace_detail", args=[trace.trace_id])))
+    assert "ws-connect" not in html and 'data-trace-state="done"' in html
+    assert '<span id="trace-live-state" class="live-status" data-state="done"' in html
+    assert ">Finished</span>" in html and "data-live-status" not in html
+
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.WAITING)
+    Trace.objects.filter(pk=trace.pk).update(status=TraceStatus.WAITING)
+    html = text(client.get(reverse("trace_detail", args=[trace.trace_id])))
+    assert f'ws-connect="/ws/traces/{trace.trace_id}/"' in html
+    assert 'data-live-label="Waiting for approval"' in html
+
+    # A run still working: its trace is live, even if a tool's span failed meanwhile.
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    Trace.objects.filter(pk=trace.pk).update(status=TraceStatus.ERROR)
+    html = text(client.get(reverse("trace_detail", args=[trace.trace_id])))
+    assert 'data-live-label="Live"' in html and 'data-trace-state="running"' in html
+    # Its run finished, but the exporter has not stored the root span yet: still live.
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.COMPLETED)
+    Trace.objects.filter(pk=trace.pk).update(status=TraceStatus.OK)
+    Span.objects.filter(trace=trace, parent_id__isnull=True).update(ended_at=None)
+    html = text(client.get(reverse("trace_tree", args=[trace.trace_id])))
+    assert 'data-trace-state="running"' in html
+
+
+# --- the generation panel -------------------------------------------------------------------
+
+
+RESPONSES_INPUT = [
+    {"role": "system", "content": "You are the support desk."},
+    {"content": f"Where is order 7? {XSS}", "role": "user"},
+    {
+        "type": "function_call",
+        "name": "lookup_order",
+        "arguments": '{"order_id": 7}',
+        "call_id": "call_1",
+    },
+    {"type": "function_call_output", "call_id": "call_1", "output": "Order 7 shipped."},
+]
+RESPONSES_OUTPUT = [
+    {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "It shipped yesterday.", "annotations": []}],
+    }
+]
+CHAT_INPUT = [
+    {"role": "system", "content": "You are the support desk."},
+    {"role": "user", "content": [{"type": "text", "text": "Refund order 7"}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_9",
+                "type": "function",
+                "function": {"name": "issue_refund", "arguments": '{"amount": 20}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_9", "content": "Refunded $20."},
+]
+CHAT_OUTPUT = [{"role": "assistant", "content": f"Done: $20 back. {XSS}"}]
+
+
+def generation_panel(client: Client, data: dict[str, Any], **fields: Any) -> str:
+    trace = make_trace()
+    span = make_span(
+        trace, "generation", "acme-mini", span_data={"type": "generation", **data}, **fields
+    )
+    span.save()
+    url = reverse("trace_span", args=[trace.trace_id, span.span_id])
+    return text(client.get(url, **HTMX))
+
+
+def messages(html: str) -> list[tuple[str, str]]:
+    """(role, what) of each message shown, in order."""
+    found = re.findall(
+        r'<div class="msg msg-\w+ msg-(\w+)">\s*<p class="msg-head"><span class="msg-role">'
+        r"([^<]+)</span>",
+        html,
+    )
+    return [(role, kind) for kind, role in found]
+
+
+def test_the_generation_panel_reads_responses_items_as_a_conversation(
+    client: Client, olga: Any
+) -> None:
+    html = generation_panel(
+        client,
+        {"model": "acme-mini", "input": RESPONSES_INPUT, "output": RESPONSES_OUTPUT},
+        model="acme-mini",
+        input_tokens=300,
+        output_tokens=20,
+    )
+    assert messages(html) == [
+        ("system", "text"),
+        ("user", "text"),
+        ("assistant", "tool_call"),
+        ("tool", "tool_result"),
+        ("assistant", "text"),
+    ]
+    assert '<code class="msg-fn">lookup_order</code>' in html
+    assert "&quot;order_id&quot;: 7" in html and "Order 7 shipped." in html
+    assert "It shipped yesterday." in html
+    assert XSS not in html and "&lt;script&gt;" in html
+    # The raw JSON is one click away, folded; the model's cost (unpriced here) is named.
+    assert '<details class="block"><summary>Output</summary>' in html
+    assert "no price for <code>acme-mini</code>" in html
+
+
+def test_the_generation_panel_reads_chat_completions_messages_too(
+    client: Client, olga: Any
+) -> None:
+    ModelPrice.objects.create(
+        model="acme-*",
+        input_per_million=Decimal("1"),
+        output_per_million=Decimal("2"),
+        valid_from=date(2020, 1, 1),
+    )
+    html = generation_panel(
+        client,
+        {"model": "acme-mini", "input": CHAT_INPUT, "output": CHAT_OUTPUT},
+        model="acme-mini",
+        input_tokens=1_000_000,
+        cached_tokens=0,
+        output_tokens=500_000,
+    )
+    assert messages(html) == [
+        ("system", "text"),
+        ("user", "text"),
+        ("assistant", "tool_call"),
+        ("tool", "tool_result"),
+        ("assistant", "text"),
+    ]
+    assert "Refund order 7" in html and '<code class="msg-fn">issue_refund</code>' in html
+    assert "&quot;amount&quot;: 20" in html and "call_9" in html and "Refunded $20." in html
+    assert XSS not in html
+    assert '<span class="money">$2.00</span>' in html  # 1M in × $1 + 0.5M out × $2
+
+
+def test_a_generation_without_stored_messages_says_so(client: Client, olga: Any) -> None:
+    html = generation_panel(client, {"model": "m", "input": None, "output": None})
+    assert "Not stored (the trace leaves model inputs out)." in html
+    assert messages(html) == []
