@@ -409,7 +409,7 @@ def generation_panel(client: Client, data: dict[str, Any], **fields: Any) -> str
 def messages(html: str) -> list[tuple[str, str]]:
     """(role, what) of each message shown, in order."""
     found = re.findall(
-        r'<div class="msg msg-\w+ msg-(\w+)">\s*<p class="msg-head"><span class="msg-role">'
+        r'<div class="msg msg-\w+ msg-kind-(\w+)">\s*<p class="msg-head"><span class="msg-role">'
         r"([^<]+)</span>",
         html,
     )

@@ -290,6 +290,10 @@ def shown_tree(
         ids = [item[1] for item in items if isinstance(item, tuple)]
         spans = spans.filter(span_id__in=ids)
     by_id = {span.span_id: span for span in spans}
+    if view.whole:  # drawn on its spans' own time scale
+        return trees.arrange(shape, items, by_id)
+    # Drawn on the whole trace's scale (the exporter keeps the trace's first start and last
+    # end), so that a loaded subtree's bars line up with the rows already shown.
     return trees.arrange(shape, items, by_id, started_at=trace.started_at, ended_at=trace.ended_at)
 
 

@@ -76,6 +76,8 @@
       function () {
         node.classList.remove("is-lazy");
         delete node.dataset.loading;
+        var count = node.querySelector(":scope > summary .flag-more");
+        if (count) count.remove();
         select(panelSpan());
       },
       function () {
