@@ -236,6 +236,7 @@ def summarised_trace(**trace_fields: Any) -> tuple[Trace, Any]:
     trace_fields.setdefault("outcome", TraceOutcome.REJECTED)
     trace_fields.setdefault("outcome_reason", "refund_order rejected by rita: over the limit")
     trace = make_trace(run=run, active_seconds=2.0, total_tokens=1_600, **trace_fields)
+    assert trace.started_at is not None
     Trace.objects.filter(pk=trace.pk).update(ended_at=trace.started_at + timedelta(hours=1))
     trace.refresh_from_db()
     task = make_span(trace, "task", "agentsite: Support desk", end=3600)

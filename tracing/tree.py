@@ -224,8 +224,8 @@ class Skeleton:
         return span_id in self.depth
 
     @classmethod
-    def of(cls, links: Iterable[tuple[str, str | None, bool]]) -> Skeleton:
-        """From (span id, parent id, has an error) in start order."""
+    def of(cls, links: Iterable[tuple[str, str | None, Any]]) -> Skeleton:
+        """From (span id, parent id, has an error: truthy) in start order."""
         order: list[str] = []
         parents: dict[str, str | None] = {}
         skeleton = cls()

@@ -17,17 +17,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.db.models import (
-    BooleanField,
-    Case,
-    CharField,
-    Count,
-    ExpressionWrapper,
-    Q,
-    QuerySet,
-    Value,
-    When,
-)
+from django.db.models import Case, CharField, Count, Q, QuerySet, Value, When
 from django.db.models.fields.json import KT
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
@@ -266,15 +256,12 @@ def other_runs(trace: Trace) -> list[Trace]:
 
 def skeleton(trace: Trace) -> trees.Skeleton:
     """The trace's shape: one light query over the (trace, started_at) index, three narrow
-    values a span, whatever the trace holds."""
+    values a span (its id, its parent's, 1 if it has an error), whatever the trace holds."""
+    has_error = Case(When(error__isnull=False, then=Value(1)), default=Value(0))
     links = (
         Span.objects.filter(trace_id=trace.trace_id)
         .order_by("started_at", "pk")
-        .values_list(
-            "span_id",
-            "parent_id",
-            ExpressionWrapper(Q(error__isnull=False), output_field=BooleanField()),
-        )
+        .values_list("span_id", "parent_id", has_error)
     )
     return trees.Skeleton.of(links)
 
