@@ -477,3 +477,32 @@ def test_a_generation_without_stored_messages_says_so(client: Client, olga: Any)
     html = generation_panel(client, {"model": "m", "input": None, "output": None})
     assert "Not stored (the trace leaves model inputs out)." in html
     assert messages(html) == []
+
+
+def test_a_running_traces_many_spans_waiting_at_the_root_come_a_page_at_a_time(
+    client: Client,
+) -> None:
+    """While a run works, its spans arrive before their parents (a span is exported when it
+    ends): a big running trace can hold thousands of them at the root level."""
+    trace = make_trace(status=TraceStatus.RUNNING)
+    waiting = [
+        make_span(trace, "function", f"tool {n}", parent="span_not_yet", start=n / 100)
+        for n in range(2_500)
+    ]
+    Span.objects.bulk_create(waiting, batch_size=1000)
+    ids = [span.span_id for span in waiting]
+    url = reverse("trace_roots", args=[trace.trace_id])
+    assert "/login" in client.get(url, **HTMX)["HX-Redirect"]
+    assert client.get(url).status_code == 302
+    client.force_login(make_user(username="alice"))
+    assert client.get(url, **HTMX).status_code == 403
+    client.force_login(make_viewer("olga"))
+
+    html = text(client.get(reverse("trace_detail", args=[trace.trace_id])))
+    assert shown(html) == ids[: trees.CHILD_PAGE]
+    assert f'{url}?start=100&amp;stop=2500"' in html
+    page = text(client.get(url, {"start": 100, "stop": 2500}, **HTMX))
+    assert shown(page) == ids[100:200] and "start=200&amp;stop=2500" in page
+    # A refresh keeps the pages of roots the reader loaded.
+    refresh = reverse("trace_tree", args=[trace.trace_id])
+    assert shown(text(client.get(refresh, {"more": [f"{trees.ROOTS}:300"]}))) == ids[:300]

@@ -197,6 +197,9 @@ FULL_TREE = 2_000
 FIRST_DEPTH = 2
 # Children of one span shown at once; a "N more" control loads the next page.
 CHILD_PAGE = 100
+# What the reader's loaded pages of roots are sent back as (no span id looks like it): a
+# running trace's spans often arrive before their parents, and wait at the root level.
+ROOTS = "*roots"
 # The first errors of a big trace are shown with the path to them: an operator opens a failed
 # trace for its error, and should not have to dig for it. More would defeat the top-levels view.
 ERROR_PATHS = 5
@@ -355,10 +358,11 @@ class View:
         with a `Gap` for each run of those that are not."""
         kids = self.skeleton.kids(parent)
         stop = len(kids) if stop is None else min(stop, len(kids))
-        if self.whole or parent is None:
+        if self.whole:
             return kids[start:stop]
-        limit = start + max(CHILD_PAGE, self.more.get(parent, 0) - start)
-        depth = self.skeleton.depth[parent] + 1
+        loaded = self.more.get(parent if parent is not None else ROOTS, 0)
+        limit = start + max(CHILD_PAGE, loaded - start)
+        depth = self.skeleton.depth[parent] + 1 if parent is not None else 0
         shown: list[Any] = []
         gap_from: int | None = None
         for index in range(start, stop):

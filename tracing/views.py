@@ -456,6 +456,7 @@ def _tree_urls(trace: Trace) -> dict[str, str]:
         "span_url": reverse("trace_span", args=[trace.trace_id, "SPAN"])[: -len("SPAN/")],
         "subtree_url": reverse("trace_subtree", args=[trace.trace_id, "SPAN"])[: -len("SPAN/")],
         "tree_url": reverse("trace_tree", args=[trace.trace_id]),
+        "roots_url": reverse("trace_roots", args=[trace.trace_id]),
     }
 
 
@@ -518,17 +519,45 @@ def trace_subtree(request: HtmxHttpRequest, trace_id: str, span_id: str) -> Http
     if not request.htmx:
         span = get_object_or_404(Span, trace_id=trace.trace_id, span_id=span_id)
         return render(request, "tracing/trace_detail.html", _page_context(trace, selected=span))
+    return _children_page(request, trace, shape, span_id, form)
+
+
+@require_GET
+@login_required
+@trace_viewer_required
+def trace_roots(request: HtmxHttpRequest, trace_id: str) -> HttpResponse:
+    """A page of a big trace's root-level spans (a running trace's spans wait there for
+    their parents), as its "Show N more" row at the root level loads them. Without htmx,
+    the trace page."""
+    trace = _get_trace_for_viewer(request, trace_id)
+    form = SubtreeForm(request.GET)
+    if not form.is_valid():
+        return HttpResponse(form.errors.as_text(), status=400, content_type="text/plain")
+    if not request.htmx:
+        return render(request, "tracing/trace_detail.html", _page_context(trace))
+    return _children_page(request, trace, skeleton(trace), None, form)
+
+
+def _children_page(
+    request: HttpRequest,
+    trace: Trace,
+    shape: trees.Skeleton,
+    parent: str | None,
+    form: SubtreeForm,
+) -> HttpResponse:
+    """The children of `parent` (None: the roots) from `start`, a page of them, each with
+    its subtree folded, and a "Show N more" row for the rest up to `stop`."""
     start = form.cleaned_data.get("start") or 0
-    stop = form.cleaned_data.get("stop")
-    stop = min(stop, start + trees.CHILD_PAGE) if stop is not None else start + trees.CHILD_PAGE
+    asked = form.cleaned_data.get("stop")
+    kids = shape.kids(parent)
+    end = len(kids) if asked is None else min(asked, len(kids))
+    stop = min(end, start + trees.CHILD_PAGE)
     view = trees.View(shape, first_depth=0)
-    kids = view.visible(span_id, start, stop)
-    rest = shape.kids(span_id)
-    end = form.cleaned_data.get("stop")
-    end = len(rest) if end is None else min(end, len(rest))
+    shown = view.visible(parent, start, stop)
     if stop < end:
-        kids.append(trees.Gap(span_id, shape.depth[span_id] + 1, stop, end))
-    tree = shown_tree(trace, shape, view, kids)
+        depth = shape.depth[parent] + 1 if parent is not None else 0
+        shown.append(trees.Gap(parent, depth, stop, end))
+    tree = shown_tree(trace, shape, view, shown)
     context = {"trace": trace, "tree": tree, "selected_id": "", **_tree_urls(trace)}
     return render(request, "tracing/trace_detail.html#subtree", context)
 

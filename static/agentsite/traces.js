@@ -112,6 +112,13 @@
       ).length;
       if (count > page && more.length < MAX_STATE) more.push(node.id.replace(/^node-/, "") + ":" + count);
     });
+    var rows = target.querySelector(".rows");
+    if (rows) {
+      var roots = rows.querySelectorAll(
+        ":scope > details.node, :scope > div.row:not(.gap):not(.subtree-load)"
+      ).length;
+      if (roots > page) more.push("*roots:" + roots);
+    }
     if (open.length) event.detail.parameters["open"] = open;
     if (more.length) event.detail.parameters["more"] = more;
   });

@@ -30,7 +30,7 @@ def duration(seconds: float | None) -> str:
 
 @register.simple_tag
 def tree_rows(
-    tree: Tree, span_url: str, selected_id: str = "", subtree_url: str = ""
+    tree: Tree, span_url: str, selected_id: str = "", subtree_url: str = "", roots_url: str = ""
 ) -> SafeString:
     """The rows of `tree`: a span with children is the <summary> of a <details> that holds
     them (so subtrees fold without JavaScript), a leaf is a plain row. A span whose children
@@ -41,16 +41,17 @@ def tree_rows(
         if isinstance(item, Row):
             parts.append(_row(item, span_url, selected_id, subtree_url))
         elif isinstance(item, Gap):
-            parts.append(_gap(item, subtree_url))
+            parts.append(_gap(item, subtree_url, roots_url))
         else:
             parts.append("</details>")
     return mark_safe("".join(parts))
 
 
-def _gap(gap: Gap, subtree_url: str) -> str:
-    url = escape(
-        subtree_url + quote(gap.parent_id or "", safe="") + f"/?start={gap.start}&stop={gap.stop}"
+def _gap(gap: Gap, subtree_url: str, roots_url: str) -> str:
+    where = (
+        roots_url if gap.parent_id is None else subtree_url + quote(gap.parent_id, safe="") + "/"
     )
+    url = escape(f"{where}?start={gap.start}&stop={gap.stop}")
     page = min(gap.count, CHILD_PAGE)
     label = f"Show {page:,} more" if page == gap.count else f"Show {page:,} more of {gap.count:,}"
     return (
