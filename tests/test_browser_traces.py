@@ -504,6 +504,8 @@ def test_a_10000_span_trace_opens_with_its_top_levels_and_loads_subtrees_on_dema
     more.focus()
     page.keyboard.press("Enter")
     expect(rows).to_have_count(2 + 200 + 2)
+    # The keyboard's focus goes on to the first turn it brought.
+    expect(row(page, turns[100]).locator("a.span-link")).to_be_focused()
     row(page, later).locator(".caret").click()
     expect(rows).to_have_count(2 + 200 + 4)
     page.screenshot(path="/tmp/detail-big-trace-expanded.png")
@@ -655,3 +657,21 @@ def test_on_a_phone_a_spans_details_open_where_the_reader_is(live_site: Any, bro
     )
     page.screenshot(path="/tmp/detail-phone-back.png")
     phone.close()
+
+
+def test_the_summary_says_how_the_run_went_and_what_the_user_thought(
+    live_site: Any, page: Any
+) -> None:
+    from tests.test_trace_detail import summarised_trace
+
+    operator()
+    trace, _ = summarised_trace(status="ok")
+    open_trace(page, live_site, trace.trace_id)
+    summary = page.locator("#trace-summary")
+    expect(summary.locator(".outcome")).to_have_text("Completed, a call rejected")
+    expect(summary).to_contain_text("refund_order rejected by rita: over the limit")
+    expect(summary).to_contain_text("59 min 58 s")
+    expect(summary).to_contain_text("no price for house-model")
+    expect(summary.locator(".feedback-down")).to_contain_text("Wrong amount!")
+    expect(summary.locator(".feedback-down")).to_contain_text("<script>alert(1)</script>")
+    page.screenshot(path="/tmp/detail-summary.png")

@@ -123,8 +123,14 @@
     if (more.length) event.detail.parameters["more"] = more;
   });
 
+  // "Show N more" from the keyboard: focus goes on to the first row it brought.
+  var focusAfter = null;
+
   document.addEventListener("htmx:beforeSwap", function (event) {
     var target = event.detail.target;
+    if (target && target.classList.contains("gap") && target.contains(document.activeElement)) {
+      focusAfter = { parent: target.parentNode, before: target.previousElementSibling };
+    }
     if (!target || target.id !== "trace-tree") return;
     collapsed = [];
     target.querySelectorAll("details.node:not([open])").forEach(function (node) {
@@ -134,6 +140,14 @@
 
   document.addEventListener("htmx:afterSwap", function (event) {
     var target = event.detail.target;
+    if (focusAfter) {
+      var first = focusAfter.before
+        ? focusAfter.before.nextElementSibling
+        : focusAfter.parent.firstElementChild;
+      var link = first && first.querySelector("a.span-link, a.tree-more");
+      focusAfter = null;
+      if (link) link.focus();
+    }
     if (target && target.id === "trace-tree") {
       if (collapsed) {
         collapsed.forEach(function (id) {
