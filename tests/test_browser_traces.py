@@ -10,6 +10,7 @@ the database, or by a demo run in this process whose spans are flushed before th
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from playwright.sync_api import expect
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from demo.seed import seed_orders
 from engine import runs
+from tests import factories
 from tests.browser import in_thread, log_in
 from tests.conftest import Traces
 from tests.factories import (
@@ -38,6 +40,17 @@ from tracing.models import Span, Trace
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "pass-for-tests"
+
+
+@pytest.fixture(autouse=True)
+def own_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The factories number traces and spans from one counter, and each new trace starts a
+    minute further back per number drawn: the 10,000 spans of a test here would push every
+    later test's traces weeks back (the trace list's date filters count on them being near
+    T0). This file's tests draw from a counter of their own, and leave the shared one as it
+    was."""
+    start = next(factories._numbers)
+    monkeypatch.setattr(factories, "_numbers", itertools.count(start + 1))
 
 
 def operator(username: str = "olga") -> Any:
