@@ -327,6 +327,7 @@ def tree_context(
         "child_page": trees.CHILD_PAGE,
         "live_state": live_state(trace, run, tree),
         "span_count": tree.span_count,
+        "span_total": f"{tree.span_count:,}",
         "error_count": tree.error_count,
         "tokens": f"{trace.total_tokens:,}",
         "duration": formatting.duration(tree.duration_seconds),
