@@ -519,3 +519,15 @@ def test_a_running_traces_many_spans_waiting_at_the_root_come_a_page_at_a_time(
     # A refresh keeps the pages of roots the reader loaded.
     refresh = reverse("trace_tree", args=[trace.trace_id])
     assert shown(text(client.get(refresh, {"more": [f"{trees.ROOTS}:300"]}))) == ids[:300]
+
+
+def test_a_span_gone_between_the_two_queries_leaves_the_tree_well_formed() -> None:
+    shape = trees.Skeleton.of([("a", None, 0), ("b", "a", 0), ("c", "b", 0)])
+    view = trees.View(shape, whole=True)
+    items = view.items(view.visible(None))
+    assert items.count(trees.CLOSE) == 2
+    made = make_trace()
+    a, c = make_span(made, "task", "a", span_id="a"), make_span(made, "custom", "c", span_id="c")
+    tree = trees.arrange(shape, items, {"a": a, "c": c})  # "b" was pruned meanwhile
+    assert [row.span.span_id for row in tree.rows] == ["a", "c"]
+    assert tree.items.count(trees.CLOSE) == 1  # only a's subtree is closed

@@ -414,11 +414,13 @@ def arrange(
     time scale `started_at`..`ended_at` widened to every shown span."""
     tree = Tree(span_count=len(skeleton), error_count=len(skeleton.errors))
     last: Row | None = None
+    opened: list[bool] = []  # for each open row around this item: whether it is shown
     for item in items:
         if isinstance(item, Close):
-            if last is not None:
-                last.closes += 1
-            tree.items.append(item)
+            if opened.pop():
+                if last is not None:
+                    last.closes += 1
+                tree.items.append(item)
             continue
         if isinstance(item, Gap):
             tree.partial = True
@@ -426,7 +428,9 @@ def arrange(
             continue
         state, span_id = item
         span = spans.get(span_id)
-        if span is None:  # pruned between the two queries
+        if state == "open":
+            opened.append(span is not None)
+        if span is None:  # pruned between the two queries: its children follow its parent
             continue
         row = Row(
             span=span,
