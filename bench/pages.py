@@ -77,9 +77,15 @@ def run(config: Config) -> list[Row]:
     if reason:
         return [note(BENCHMARK, "inbox render, websocket push", reason)]
     try:
-        return measure(config)
+        rows = measure(config)
     except Exception as exc:  # the pages are being built while this suite runs
-        return [note(BENCHMARK, "inbox render, websocket push", f"not measured: {exc!r}")]
+        rows = [note(BENCHMARK, "inbox render, websocket push", f"not measured: {exc!r}")]
+    # The trace pages on their own: a failure of the inbox's rows does not lose them.
+    try:
+        rows += trace_rows(config)
+    except Exception as exc:
+        rows.append(note(BENCHMARK, "trace pages", f"not measured: {exc!r}"))
+    return rows
 
 
 def measure(config: Config) -> list[Row]:
@@ -100,7 +106,16 @@ def measure(config: Config) -> list[Row]:
     rows.append(render_row(client, "/inbox/", scale, repeats, count))
     rows.append(render_row(client, "/inbox/history/", scale, repeats, count))
     rows.append(push_row(config, data, reviewer))
+    return rows
 
+
+def trace_rows(config: Config) -> list[Row]:
+    """The trace page of a long run, whole, and of a run too long to show whole."""
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(site.reviewer())
+    repeats = config.pick(3, 5)
+    count = config.pick(3, 6)
+    rows: list[Row] = []
     spans = config.pick(200, 2_000)
     trace_id = long_trace(spans)
     rows.append(
@@ -112,6 +127,39 @@ def measure(config: Config) -> list[Row]:
             count,
             label=f"GET /traces/<id>/, a run of {spans:,} spans",
             what=f"the trace page of a run of {spans:,} spans (tree, waterfall, first span)",
+        )
+    )
+
+    # A trace too big to show whole: its first view (top levels, one light query of the rest)
+    # and a page of a subtree loaded on demand, as the page's "Show N more" asks for it.
+    big = config.pick(3_000, 10_000)
+    big_id = long_trace(big)
+    agent = Span.objects.filter(trace_id=big_id, span_type="agent").values_list(
+        "span_id", flat=True
+    )[0]
+    rows.append(
+        render_row(
+            client,
+            reverse("trace_detail", args=[big_id]),
+            f"{big:,} spans",
+            repeats,
+            count,
+            label=f"GET /traces/<id>/, a run of {big:,} spans (first view)",
+            what=f"the first view of the trace page of a run of {big:,} spans (its top levels, "
+            "the rest left to load on demand)",
+        )
+    )
+    subtree = reverse("trace_subtree", args=[big_id, agent]) + f"?start=100&stop={big}"
+    rows.append(
+        render_row(
+            client,
+            subtree,
+            f"{big:,} spans",
+            repeats,
+            count,
+            label=f"GET /traces/<id>/tree/<span>/, a page of a {big:,}-span trace's subtree",
+            what=f"the next 100 children of the agent span of a run of {big:,} spans (htmx)",
+            headers={"HX-Request": "true"},
         )
     )
     return rows
@@ -238,8 +286,8 @@ class Data:
             )
 
 
-def get(client: Client, path: str) -> None:
-    response = client.get(path)
+def get(client: Client, path: str, headers: dict[str, str] | None = None) -> None:
+    response = client.get(path, headers=headers)
     assert response.status_code == 200, (path, response.status_code)
 
 
@@ -252,11 +300,12 @@ def render_row(
     *,
     label: str | None = None,
     what: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Row:
     login = reverse("login")
     samples = interleave(
         {
-            "ours": lambda: timed(lambda: get(client, path), count),
+            "ours": lambda: timed(lambda: get(client, path, headers), count),
             "peer": lambda: timed(lambda: get(client, login), count),
         },
         repeats,

@@ -10,6 +10,7 @@ the database, or by a demo run in this process whose spans are flushed before th
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from playwright.sync_api import expect
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from demo.seed import seed_orders
 from engine import runs
+from tests import factories
 from tests.browser import in_thread, log_in
 from tests.conftest import Traces
 from tests.factories import (
@@ -40,6 +42,17 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PASSWORD = "pass-for-tests"
 
 
+@pytest.fixture(autouse=True)
+def own_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The factories number traces and spans from one counter, and each new trace starts a
+    minute further back per number drawn: the 10,000 spans of a test here would push every
+    later test's traces weeks back (the trace list's date filters count on them being near
+    T0). This file's tests draw from a counter of their own, and leave the shared one as it
+    was."""
+    start = next(factories._numbers)
+    monkeypatch.setattr(factories, "_numbers", itertools.count(start + 1))
+
+
 def operator(username: str = "olga") -> Any:
     user = make_viewer(username)
     user.set_password(PASSWORD)
@@ -47,9 +60,17 @@ def operator(username: str = "olga") -> Any:
     return user
 
 
-def open_trace(page: Any, live_site: Any, trace_id: str, username: str = "olga") -> None:
+def open_trace(
+    page: Any,
+    live_site: Any,
+    trace_id: str,
+    username: str = "olga",
+    state: str | re.Pattern[str] = "Finished",
+) -> None:
+    """Open a trace's page: a finished trace's says so (no socket), a live one's once its
+    socket is open and the first re-sync is done."""
     log_in(page, live_site, username, PASSWORD, then=f"/traces/{trace_id}/")
-    expect(page.locator("[data-live-status]")).to_have_text("Live")
+    expect(page.locator("#trace-live-state")).to_have_text(state)
     expect(page.locator("#trace-tree.htmx-request")).to_have_count(0)  # the first re-sync
 
 
@@ -89,9 +110,11 @@ def row(page: Any, span: Span) -> Any:
     return page.locator(f'#trace-tree .row:has(> .name-cell a[data-span="{span.span_id}"])')
 
 
-def made_trace() -> tuple[Trace, dict[str, Span]]:
-    """A trace shaped like a demo run with a tool call and a handoff."""
-    trace = make_trace(workflow_name="agentsite: Support desk", total_tokens=612)
+def made_trace(**fields: Any) -> tuple[Trace, dict[str, Span]]:
+    """A trace shaped like a demo run with a tool call and a handoff (finished, unless
+    `fields` say otherwise)."""
+    fields.setdefault("workflow_name", "agentsite: Support desk")
+    trace = make_trace(total_tokens=612, **fields)
     task = make_span(trace, "task", "agentsite: Support desk", end=1.2)
     desk = make_span(trace, "agent", "Support desk", parent=task, start=0.01, end=0.6)
     turn = make_span(trace, "turn", "turn 1: Support desk", parent=desk, start=0.02, end=0.6)
@@ -206,8 +229,8 @@ def test_a_refreshed_tree_is_placed_as_soon_as_it_is_swapped_in(live_site: Any, 
     """A re-read tree (on every reconnect and every stored batch) is drawn placed at once, not
     only once htmx has settled it: no frame of bars piled up at the left."""
     operator()
-    trace, _ = made_trace()
-    open_trace(page, live_site, trace.trace_id)
+    trace, _ = made_trace(status="running")
+    open_trace(page, live_site, trace.trace_id, state="Live")
     page.evaluate(
         """() => {
       window.placedAtSwap = null;
@@ -335,7 +358,7 @@ def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(
     run = wait_for(lambda: AgentRun.objects.filter(conversation=conversation).first())
 
     # The operator opens the run's trace at once: its spans are not stored yet.
-    open_trace(page, live_site, run.trace_id)
+    open_trace(page, live_site, run.trace_id, state=re.compile("Live|Waiting for approval"))
     page.evaluate("window.notReloaded = true")
     rows = page.locator("#trace-tree .row")
     # Task, agent, the demo's input guardrail, turn, generation, and the call that waits for
@@ -343,6 +366,7 @@ def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(
     expect(rows).to_have_count(6)
     expect(rows.filter(has_text="cancel_order")).to_have_count(1)
     expect(page.locator("#trace-summary .status")).to_have_text("Waiting")
+    expect(page.locator("#trace-live-state")).to_have_text("Waiting for approval")
 
     # Rita approves, through the server too: the server resumes the run.
     request = wait_for(lambda: ApprovalRequest.objects.filter(run=run).first())
@@ -362,6 +386,9 @@ def test_an_open_trace_page_grows_while_the_run_executes_in_the_server(
     expect(rows.filter(has_text="resumed")).to_have_count(1)
     expect(rows).to_have_count(6 + 1 + 5)
     expect(page.locator("#trace-summary .status")).to_have_text("OK")
+    # Once its last spans are stored, the page stops saying "Live".
+    expect(page.locator("#trace-live-state")).to_have_text("Finished")
+    expect(page.locator("#trace-summary .outcome")).to_have_text("Completed, a call approved")
     assert page.evaluate("window.notReloaded") is True
     assert_waterfall_placed(page)  # the tree re-read by htmx is placed too
     wait_for(lambda: AgentRun.objects.filter(pk=run.pk, status=RunStatus.COMPLETED).first())
@@ -446,3 +473,218 @@ def test_screenshot_of_the_trace_viewer(
     page.goto(f"{live_site.url}/traces/")
     expect(page.locator("table.trace-table tbody tr")).to_have_count(2)
     page.screenshot(path=str(screenshots / "traces-list.png"))
+
+
+# --- big traces, the generation panel, long names, phones -----------------------------------
+
+
+def big_trace(count: int = 10_000, **fields: Any) -> tuple[Trace, list[Span]]:
+    from tests.test_trace_views import realistic_spans
+
+    trace = make_trace(**fields)
+    spans = realistic_spans(trace, count)
+    Span.objects.bulk_create(spans, batch_size=1000)
+    Trace.objects.filter(pk=trace.pk).update(ended_at=spans[0].ended_at)
+    return trace, spans
+
+
+def test_a_10000_span_trace_opens_with_its_top_levels_and_loads_subtrees_on_demand(
+    live_site: Any, page: Any
+) -> None:
+    operator()
+    trace, spans = big_trace(status="running")  # live: its refresh must keep what was loaded
+    turns = [span for span in spans if span.span_type == "turn"]
+    first, later = turns[0], turns[150]
+
+    open_trace(page, live_site, trace.trace_id, state="Live")
+    rows = page.locator("#trace-tree a.span-link")
+    expect(rows).to_have_count(2 + 100)  # the task, its agent, a first page of turns
+    expect(row(page, first)).to_be_visible()
+    expect(row(page, first)).to_contain_text("2 spans")
+    expect(page.locator("#trace-tree")).not_to_contain_text("lookup_order")
+    page.screenshot(path="/tmp/detail-big-trace.png")
+
+    # A folded turn opens from the keyboard and loads its two spans.
+    page.locator(f"#node-{first.span_id} > summary").focus()
+    page.keyboard.press("Enter")
+    expect(rows).to_have_count(2 + 100 + 2)
+    generation = next(s for s in spans if s.parent_id == first.span_id)
+    expect(row(page, generation)).to_be_visible()
+    assert page.evaluate("window.location.pathname") == f"/traces/{trace.trace_id}/"
+
+    # "Show 100 more" brings the next page of turns; open one of them too.
+    more = page.locator("#trace-tree .tree-more", has_text="Show 100 more of")
+    more.focus()
+    page.keyboard.press("Enter")
+    expect(rows).to_have_count(2 + 200 + 2)
+    # The keyboard's focus goes on to the first turn it brought.
+    expect(row(page, turns[100]).locator("a.span-link")).to_be_focused()
+    row(page, later).locator(".caret").click()
+    expect(rows).to_have_count(2 + 200 + 4)
+    page.screenshot(path="/tmp/detail-big-trace-expanded.png")
+
+    # A live refresh re-reads the tree and keeps all of it.
+    page.evaluate("window.notReloaded = true")
+    with page.expect_response(re.compile(r"/tree/\?")) as refresh:
+        page.evaluate('htmx.trigger(document.body, "resync")')
+    assert "open=" in refresh.value.url and "more=" in refresh.value.url
+    expect(page.locator("#trace-tree.htmx-request")).to_have_count(0)
+    expect(rows).to_have_count(2 + 200 + 4)
+    expect(row(page, generation)).to_be_visible()
+    assert page.evaluate("window.notReloaded") is True
+
+    # A span's details open from a loaded subtree as from any row.
+    row(page, generation).locator("a.span-link").click()
+    expect(page.get_by_role("complementary", name="Span details")).to_contain_text("gpt-4.1-mini")
+
+
+def conversation_trace() -> tuple[Trace, Span, Span]:
+    """A finished trace with a model call in the Responses shape, and a span whose name is
+    longer than its row."""
+    trace = make_trace(workflow_name="agentsite: Support desk")
+    task = make_span(trace, "task", "agentsite: Support desk", end=1)
+    generation = make_span(
+        trace,
+        "generation",
+        "acme-mini",
+        parent=task,
+        start=0.1,
+        end=0.6,
+        model="acme-mini",
+        input_tokens=420,
+        output_tokens=30,
+        span_data={
+            "type": "generation",
+            "model": "acme-mini",
+            "usage": {"input_tokens": 420, "output_tokens": 30},
+            "input": [
+                {"role": "system", "content": "You are the support desk of the shop."},
+                {"role": "user", "content": "Where is order 7? <b>now</b>"},
+                {
+                    "type": "function_call",
+                    "name": "lookup_order",
+                    "arguments": '{"order_id": 7}',
+                    "call_id": "call_7",
+                },
+                {
+                    "type": "function_call_output",
+                    "call_id": "call_7",
+                    "output": "Order 7: headphones, shipped yesterday.",
+                },
+            ],
+            "output": [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Order 7 shipped yesterday."}],
+                }
+            ],
+        },
+    )
+    long_name = (
+        "lookup_order_history_for_the_customer_with_every_refund_and_every_shipment_"
+        "of_the_last_twelve_months"
+    )
+    tool = make_span(
+        trace,
+        "function",
+        long_name,
+        parent=task,
+        start=0.6,
+        end=0.9,
+        span_data={"type": "function", "name": long_name, "input": "{}", "output": "none"},
+    )
+    Span.objects.bulk_create([task, generation, tool])
+    return trace, generation, tool
+
+
+def test_the_generation_panel_reads_as_a_conversation_and_long_names_can_be_read(
+    live_site: Any, page: Any
+) -> None:
+    operator()
+    trace, generation, tool = conversation_trace()
+    open_trace(page, live_site, trace.trace_id)
+    panel = page.get_by_role("complementary", name="Span details")
+    row(page, generation).locator("a.span-link").click()
+    messages = panel.locator(".msg")
+    expect(messages).to_have_count(5)
+    expect(messages.nth(1)).to_contain_text("Where is order 7? <b>now</b>")  # text, escaped
+    expect(messages.nth(2)).to_contain_text("calls lookup_order")
+    expect(messages.nth(2).locator("pre")).to_contain_text('"order_id": 7')
+    expect(messages.nth(3)).to_contain_text("shipped yesterday.")
+    expect(messages.nth(4)).to_contain_text("Order 7 shipped yesterday.")
+    expect(panel.locator(".span-cost")).to_contain_text("no price for acme-mini")
+    raw = panel.locator("details.block", has_text="Output").first
+    expect(raw.locator("pre")).to_be_hidden()  # the JSON is one click away
+    raw.locator("summary").click()
+    expect(raw.locator("pre")).to_contain_text('"output_text"')
+    page.mouse.move(0, 0)
+    page.screenshot(path="/tmp/detail-generation.png")
+
+    # The long name is cut in its row, but whole in its title, on focus and in the panel.
+    name = row(page, tool).locator(".span-name")
+    link = row(page, tool).locator("a.span-link")
+    expect(link).to_have_attribute("title", tool.name)
+    cut = name.evaluate("e => e.scrollWidth > e.clientWidth")
+    assert cut, "the test's name should not fit its row"
+    link.focus()
+    assert name.evaluate("e => e.scrollWidth <= e.clientWidth + 1")  # wrapped, all shown
+    link.click()
+    expect(panel.get_by_role("heading", name=tool.name)).to_be_visible()
+    page.screenshot(path="/tmp/detail-long-name.png")
+
+
+def test_on_a_phone_a_spans_details_open_where_the_reader_is(live_site: Any, browser: Any) -> None:
+    operator()
+    trace, spans = big_trace(count=400)  # a long page on a phone
+    phone = browser.new_context(
+        viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True
+    )
+    page = phone.new_page()
+    page.set_default_timeout(10_000)
+    open_trace(page, live_site, trace.trace_id)
+    deep = [span for span in spans if span.span_type == "function"][60]
+    link = row(page, deep).locator("a.span-link")
+    link.scroll_into_view_if_needed()
+    link.click()
+    panel = page.locator("#span-panel")
+    expect(panel).to_contain_text("lookup_order")
+    page.wait_for_function(
+        """() => {
+      const box = document.getElementById("span-panel").getBoundingClientRect();
+      return box.top >= 0 && box.top < window.innerHeight;
+    }"""
+    )
+    page.screenshot(path="/tmp/detail-phone-panel.png")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the trace page scrolls sideways on a phone ({width}px)"
+    # And back to the span's row in the tree.
+    page.get_by_role("link", name="Back to the span in the tree").click()
+    page.wait_for_function(
+        """(id) => {
+      const link = document.querySelector(`#trace-tree a.span-link[data-span="${id}"]`);
+      const box = link.getBoundingClientRect();
+      return box.top >= 0 && box.bottom <= window.innerHeight;
+    }""",
+        arg=deep.span_id,
+    )
+    page.screenshot(path="/tmp/detail-phone-back.png")
+    phone.close()
+
+
+def test_the_summary_says_how_the_run_went_and_what_the_user_thought(
+    live_site: Any, page: Any
+) -> None:
+    from tests.test_trace_detail import summarised_trace
+
+    operator()
+    trace, _ = summarised_trace(status="ok")
+    open_trace(page, live_site, trace.trace_id)
+    summary = page.locator("#trace-summary")
+    expect(summary.locator(".outcome")).to_have_text("Completed, a call rejected")
+    expect(summary).to_contain_text("refund_order rejected by rita: over the limit")
+    expect(summary).to_contain_text("59 min 58 s")
+    expect(summary).to_contain_text("no price for house-model")
+    expect(summary.locator(".feedback-down")).to_contain_text("Wrong amount!")
+    expect(summary.locator(".feedback-down")).to_contain_text("<script>alert(1)</script>")
+    page.screenshot(path="/tmp/detail-summary.png")

@@ -466,8 +466,10 @@ def test_the_detail_page_reads_the_same_number_of_queries_for_10_and_2000_spans(
     assert html.count('class="span-link"') == 2000
     opened = html.count('<details class="node"')
     assert opened == html.count("</details>") > 600  # every subtree closed, none twice
-    # The session, the user, her permissions (two), the trace, its spans, its conversation.
-    assert len(queries) == 7
+    # The session, the user, her permissions (two), the trace, its spans' shape (ids and
+    # parents: what a big trace's first view reads of the spans it does not show), its spans,
+    # its model calls' usage (for the summary's tokens and cost), its conversation.
+    assert len(queries) == 9
 
 
 def test_spans_whose_parent_is_missing_are_shown_at_the_root(client: Client, olga: Any) -> None:

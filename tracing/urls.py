@@ -16,5 +16,7 @@ urlpatterns = [
     path("traces/<key:trace_id>.json", views.trace_export, name="trace_export"),
     path("traces/<key:trace_id>/", views.trace_detail, name="trace_detail"),
     path("traces/<key:trace_id>/tree/", views.trace_tree, name="trace_tree"),
+    path("traces/<key:trace_id>/roots/", views.trace_roots, name="trace_roots"),
+    path("traces/<key:trace_id>/tree/<key:span_id>/", views.trace_subtree, name="trace_subtree"),
     path("traces/<key:trace_id>/spans/<key:span_id>/", views.span_detail, name="trace_span"),
 ]

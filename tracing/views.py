@@ -16,16 +16,17 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from django import forms
 from django.contrib.auth.decorators import login_required
 from django.db.models import Case, CharField, Count, Prefetch, Q, QuerySet, Value, When
 from django.db.models.fields.json import KT
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.http import content_disposition_header, urlencode
 from django.views.decorators.http import require_GET
 
-from approvals.models import AgentRun
+from approvals.models import FINISHED_STATUSES, AgentRun
 from common import formatting
 from common.http import HtmxHttpRequest
 from engine import events, permissions
@@ -39,6 +40,7 @@ from tracing.models import (
     Span,
     Trace,
     TraceOutcome,
+    TraceStatus,
     trace_status,
 )
 from tracing.pricing import Cost
@@ -368,8 +370,8 @@ def _list_url(values: dict[str, str]) -> str:
 
 
 def tree_spans(trace: Trace) -> QuerySet[Span]:
-    """The spans of a trace for its tree: one query, whatever their number, without their
-    data, but with the few values a row shows from it (a guardrail's verdict, a decision)."""
+    """The spans of a trace for its tree, without their data, but with the few values a row
+    shows from it (a guardrail's verdict, a decision)."""
     decision = Q(span_type="custom", name=DECISION_SPAN_NAME)
     return (
         Span.objects.filter(trace_id=trace.trace_id)
@@ -403,16 +405,81 @@ def other_runs(trace: Trace) -> list[Trace]:
     return list(others.order_by("-started_at", "-pk")[:OTHER_RUNS])
 
 
-def tree_context(trace: Trace) -> dict[str, Any]:
-    """What the page's `tree` and `summary` partials need, for the page and its refreshes."""
-    spans = list(tree_spans(trace))
-    tree = trees.build(spans)
-    errors = sum(1 for span in spans if span.error is not None)
+def skeleton(trace: Trace) -> trees.Skeleton:
+    """The trace's shape: one light query over the (trace, started_at) index, three narrow
+    values a span (its id, its parent's, 1 if it has an error), whatever the trace holds."""
+    has_error = Case(When(error__isnull=False, then=Value(1)), default=Value(0))
+    links = (
+        Span.objects.filter(trace_id=trace.trace_id)
+        .order_by("started_at", "pk")
+        .values_list("span_id", "parent_id", has_error)
+    )
+    return trees.Skeleton.of(links)
+
+
+def shown_tree(
+    trace: Trace, shape: trees.Skeleton, view: trees.View, tops: list[Any]
+) -> trees.Tree:
+    """The rows `view` shows from `tops`, read in one query (of those rows only, unless the
+    whole trace is shown)."""
+    items = view.items(tops)
+    spans = tree_spans(trace)
+    if not view.whole:
+        ids = [item[1] for item in items if isinstance(item, tuple)]
+        spans = spans.filter(span_id__in=ids)
+    by_id = {span.span_id: span for span in spans}
+    if view.whole:  # drawn on its spans' own time scale
+        return trees.arrange(shape, items, by_id)
+    # Drawn on the whole trace's scale (the exporter keeps the trace's first start and last
+    # end), so that a loaded subtree's bars line up with the rows already shown.
+    return trees.arrange(shape, items, by_id, started_at=trace.started_at, ended_at=trace.ended_at)
+
+
+class TreeStateForm(forms.Form):
+    """What the reader has loaded of a big trace, sent back by a live refresh so that it
+    keeps it: the spans whose subtrees were loaded, and per span how many children."""
+
+    open = forms.Field(required=False, widget=forms.MultipleHiddenInput)
+    more = forms.Field(required=False, widget=forms.MultipleHiddenInput)
+
+    LIMIT = 200
+
+    def clean_open(self) -> list[str]:
+        values = self.cleaned_data.get("open") or []
+        return [str(value) for value in values if 0 < len(str(value)) <= 64][: self.LIMIT]
+
+    def clean_more(self) -> dict[str, int]:
+        loaded: dict[str, int] = {}
+        for value in (self.cleaned_data.get("more") or [])[: self.LIMIT]:
+            span_id, _, count = str(value).rpartition(":")
+            if span_id and len(span_id) <= 64 and count.isdigit():
+                loaded[span_id] = min(int(count), 1_000_000)
+        return loaded
+
+
+def tree_context(
+    trace: Trace,
+    *,
+    opened: Iterable[str] = (),
+    more: dict[str, int] | None = None,
+    selected: str = "",
+) -> dict[str, Any]:
+    """What the page's `tree` and `summary` partials need, for the page and its refreshes.
+    A big trace shows its top levels (`trees.View.first`), and what the reader loaded."""
+    shape = skeleton(trace)
+    shown = [selected] if selected in shape else []
+    view = trees.View.first(shape, opened=[*opened, *shown], shown=shown, more=more)
+    tree = shown_tree(trace, shape, view, view.visible(None))
+    run = _run_of(trace)
     return {
         "trace": trace,
         "tree": tree,
-        "span_count": len(spans),
-        "error_count": errors,
+        "summary": summary_context(trace, run),
+        "child_page": trees.CHILD_PAGE,
+        "live_state": live_state(trace, run, tree),
+        "span_count": tree.span_count,
+        "span_total": f"{tree.span_count:,}",
+        "error_count": tree.error_count,
         "tokens": f"{trace.total_tokens:,}",
         "duration": formatting.duration(tree.duration_seconds),
         "ticks": [
@@ -422,20 +489,139 @@ def tree_context(trace: Trace) -> dict[str, Any]:
             }
             for tick in tree.ticks()
         ],
-        # Each row's link is this prefix and its span id: one reverse() per tree, not per row.
+        **_tree_urls(trace),
+    }
+
+
+def _run_of(trace: Trace) -> AgentRun | None:
+    """The trace's run with its conversation's owner and its asker (one query)."""
+    if trace.run_id is None:
+        return None
+    return (
+        AgentRun.objects.filter(pk=trace.run_id)
+        .select_related("conversation__owner", "requested_by")
+        .first()
+    )
+
+
+def live_state(trace: Trace, run: AgentRun | None, tree: trees.Tree) -> str:
+    """Whether the page may still change: "done" once the trace has its outcome (OK or
+    error), its run (if any) finished and its root spans stored and ended (the exporter's
+    last batch can land a second after the run's end); "waiting" while its run waits for a
+    reviewer; else "running"."""
+    if trace.status == TraceStatus.WAITING or (run is not None and run.status == "waiting"):
+        return "waiting"
+    finished = run is None or run.status in FINISHED_STATUSES
+    roots = [row for row in tree.rows if row.depth == 0]
+    if (
+        trace.status in (TraceStatus.OK, TraceStatus.ERROR)
+        and finished
+        and roots
+        and not any(row.open for row in roots)
+    ):
+        return "done"
+    return "running"
+
+
+INPUT_CHARS = 600
+
+
+def summary_context(trace: Trace, run: AgentRun | None) -> dict[str, Any]:
+    """The summary of a trace for operators: how its run ended and why, its active and
+    waiting time, its tokens and cost, who asked what, and what they thought of the reply."""
+    usage = pricing.usage_rows(Span.objects.filter(trace_id=trace.trace_id)) if trace.pk else []
+    book = pricing.PriceBook.load() if usage else None
+    cost = pricing.Cost()
+    tokens = {"input": 0, "cached": 0, "output": 0}
+    for row in usage:
+        assert book is not None
+        cost.add(book.row_cost(row))
+        tokens["input"] += int(row["input_tokens"] or 0)
+        tokens["cached"] += int(row["cached_tokens"] or 0)
+        tokens["output"] += int(row["output_tokens"] or 0)
+    user = None
+    if run is not None:
+        user = run.conversation.owner if run.conversation_id else run.requested_by
+    feedback = (
+        [
+            {
+                "up": item.score > 0,
+                "label": item.get_score_display(),
+                "comment": str(redaction.clean(item.comment)) if item.comment else "",
+                "user": item.user,
+                "updated": item.updated,
+            }
+            for item in Feedback.objects.filter(run_id=run.pk).select_related("user")
+        ]
+        if run is not None
+        else []
+    )
+    conversation_url = ""
+    if trace.group_id:
+        try:
+            conversation_url = reverse("trace_conversation", args=[trace.group_id])
+        except NoReverseMatch:  # the conversation page lands with helper "sessions"
+            conversation_url = ""
+    metadata = trace.metadata if isinstance(trace.metadata, dict) else {}
+    return {
+        "outcome": trace.shown_outcome,
+        "outcome_label": trace.get_shown_outcome_display(),
+        "outcome_reason": trace.outcome_reason,
+        "active": formatting.duration(trace.active_seconds),
+        "waiting": formatting.duration(trace.waiting_seconds),
+        "waited": bool(trace.waiting_seconds and trace.waiting_seconds >= 0.5),
+        "tokens": {key: f"{value:,}" for key, value in tokens.items()},
+        "has_usage": bool(usage),
+        "cost": cost,
+        "unpriced": _unpriced(cost),
+        "user": user,
+        "agent": (run.agent_name if run is not None else "") or str(metadata.get("agent") or ""),
+        "input": _shown_text(run.input) if run is not None else "",
+        "reply": _shown_text(run.final_output) if run is not None else "",
+        "feedback": feedback,
+        "conversation_url": conversation_url,
+    }
+
+
+def _shown_text(value: str) -> str:
+    """A user's or a model's text for operators: masked, then cut."""
+    if not value:
+        return ""
+    return formatting.preview(str(redaction.clean(value)), INPUT_CHARS)
+
+
+def _unpriced(cost: pricing.Cost) -> list[dict[str, str]]:
+    """The models without a price, each with the admin's form to add one (once it exists)."""
+    found = []
+    for model in cost.missing:
+        try:
+            url = pricing.add_price_url(model)
+        except NoReverseMatch:  # the price admin lands with helper "list"
+            url = ""
+        found.append({"model": model, "url": url})
+    return found
+
+
+def _tree_urls(trace: Trace) -> dict[str, str]:
+    # Each row's links are a prefix and its span id: one reverse() per tree, not per row.
+    return {
         "span_url": reverse("trace_span", args=[trace.trace_id, "SPAN"])[: -len("SPAN/")],
+        "subtree_url": reverse("trace_subtree", args=[trace.trace_id, "SPAN"])[: -len("SPAN/")],
         "tree_url": reverse("trace_tree", args=[trace.trace_id]),
+        "roots_url": reverse("trace_roots", args=[trace.trace_id]),
     }
 
 
 def _page_context(trace: Trace, selected: Span | None = None) -> dict[str, Any]:
     group = events.trace_group(trace.trace_id)
+    context = tree_context(trace, selected=selected.span_id if selected is not None else "")
     return {
-        **tree_context(trace),
+        **context,
         "others": other_runs(trace),
         "panel": span_panel_context(trace, selected) if selected is not None else None,
         "selected_id": selected.span_id if selected is not None else "",
-        "live": group is not None,
+        # A finished trace changes no more: no socket, and the page does not say "Live".
+        "live": group is not None and context["live_state"] != "done",
     }
 
 
@@ -453,9 +639,79 @@ def trace_detail(request: HttpRequest, trace_id: str) -> HttpResponse:
 @trace_viewer_required
 def trace_tree(request: HttpRequest, trace_id: str) -> HttpResponse:
     """The tree and waterfall alone (with the summary), re-read on every socket (re)connect
-    and whenever the exporter stored more of the trace."""
+    and whenever the exporter stored more of the trace; with what the reader had loaded."""
     trace = _get_trace_for_viewer(request, trace_id)
-    return render(request, "tracing/trace_detail.html#tree-refresh", tree_context(trace))
+    form = TreeStateForm(request.GET)
+    state = form.cleaned_data if form.is_valid() else {}
+    context = tree_context(trace, opened=state.get("open", []), more=state.get("more", {}))
+    return render(request, "tracing/trace_detail.html#tree-refresh", context)
+
+
+class SubtreeForm(forms.Form):
+    """Which of a span's children a subtree load brings (a page of them at most)."""
+
+    start = forms.IntegerField(required=False, min_value=0, max_value=10_000_000)
+    stop = forms.IntegerField(required=False, min_value=0, max_value=10_000_000)
+
+
+@require_GET
+@login_required
+@trace_viewer_required
+def trace_subtree(request: HtmxHttpRequest, trace_id: str, span_id: str) -> HttpResponse:
+    """A span's children, a page at a time, each with its own subtree to load on demand:
+    what a big trace's collapsed rows and "N more" controls load. Without htmx, the trace
+    page with that span open."""
+    trace = _get_trace_for_viewer(request, trace_id)
+    form = SubtreeForm(request.GET)
+    if not form.is_valid():
+        return HttpResponse(form.errors.as_text(), status=400, content_type="text/plain")
+    shape = skeleton(trace)
+    if span_id not in shape:
+        raise Http404("No such span in this trace.")
+    if not request.htmx:
+        span = get_object_or_404(Span, trace_id=trace.trace_id, span_id=span_id)
+        return render(request, "tracing/trace_detail.html", _page_context(trace, selected=span))
+    return _children_page(request, trace, shape, span_id, form)
+
+
+@require_GET
+@login_required
+@trace_viewer_required
+def trace_roots(request: HtmxHttpRequest, trace_id: str) -> HttpResponse:
+    """A page of a big trace's root-level spans (a running trace's spans wait there for
+    their parents), as its "Show N more" row at the root level loads them. Without htmx,
+    the trace page."""
+    trace = _get_trace_for_viewer(request, trace_id)
+    form = SubtreeForm(request.GET)
+    if not form.is_valid():
+        return HttpResponse(form.errors.as_text(), status=400, content_type="text/plain")
+    if not request.htmx:
+        return render(request, "tracing/trace_detail.html", _page_context(trace))
+    return _children_page(request, trace, skeleton(trace), None, form)
+
+
+def _children_page(
+    request: HttpRequest,
+    trace: Trace,
+    shape: trees.Skeleton,
+    parent: str | None,
+    form: SubtreeForm,
+) -> HttpResponse:
+    """The children of `parent` (None: the roots) from `start`, a page of them, each with
+    its subtree folded, and a "Show N more" row for the rest up to `stop`."""
+    start = form.cleaned_data.get("start") or 0
+    asked = form.cleaned_data.get("stop")
+    kids = shape.kids(parent)
+    end = len(kids) if asked is None else min(asked, len(kids))
+    stop = min(end, start + trees.CHILD_PAGE)
+    view = trees.View(shape, first_depth=0)
+    shown = view.visible(parent, start, stop)
+    if stop < end:
+        depth = shape.depth[parent] + 1 if parent is not None else 0
+        shown.append(trees.Gap(parent, depth, stop, end))
+    tree = shown_tree(trace, shape, view, shown)
+    context = {"trace": trace, "tree": tree, "selected_id": "", **_tree_urls(trace)}
+    return render(request, "tracing/trace_detail.html#subtree", context)
 
 
 @require_GET
@@ -520,6 +776,135 @@ def _usage_facts(usage: Any) -> list[dict[str, str]]:
     return facts
 
 
+@dataclass
+class Message:
+    """One entry of a model call's conversation, for people: who said it and what, a tool
+    call (name and arguments), or a tool's result. Raw text: the template escapes it."""
+
+    role: str  # system, user, assistant, tool, or what the item says
+    kind: str = "text"  # text, tool_call, tool_result, reasoning, other
+    text: str = ""
+    name: str = ""  # the tool's, for a call
+    arguments: str = ""  # pretty JSON, for a call
+    call_id: str = ""
+
+    @property
+    def role_class(self) -> str:
+        """The CSS class suffix of its role (user data never becomes a class name)."""
+        known = ("system", "user", "assistant", "tool")
+        return self.role if self.role in known else "other"
+
+
+ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
+PART_NAMES = {
+    "input_image": "[image]",
+    "image_url": "[image]",
+    "input_file": "[file]",
+    "file": "[file]",
+    "input_audio": "[audio]",
+}
+
+
+def conversation(items: Any) -> list[Message]:
+    """A generation's input or output as messages, from either shape the SDK stores: Chat
+    Completions messages (`role`, `content`, `tool_calls`, role `tool`) or Responses items
+    (`message`, `function_call`, `function_call_output`, `reasoning`, other `*_call`s)."""
+    if items is None:
+        return []
+    if isinstance(items, str):
+        return [Message("user", text=_cut(items))] if items else []
+    if isinstance(items, dict):
+        items = [items]
+    if not isinstance(items, list):
+        return [Message("other", kind="other", text=pretty(items))]
+    messages: list[Message] = []
+    for item in items:
+        if isinstance(item, dict):
+            messages += _messages_of(item)
+        elif item is not None:
+            messages.append(Message("other", kind="other", text=_cut(str(item))))
+    return messages
+
+
+def _messages_of(item: dict[str, Any]) -> list[Message]:
+    kind = str(item.get("type") or "")
+    role = str(item.get("role") or "")
+    if kind == "function_call":
+        return [_call(item.get("name"), item.get("arguments"), item.get("call_id"))]
+    if kind.endswith("_call_output") or kind == "function_call_output":
+        return [
+            Message(
+                "tool",
+                kind="tool_result",
+                text=_content_text(item.get("output")),
+                call_id=str(item.get("call_id") or ""),
+            )
+        ]
+    if kind == "reasoning":
+        summary = item.get("summary")
+        return [Message("assistant", kind="reasoning", text=_content_text(summary))]
+    if role == "tool":  # Chat Completions: a tool's result
+        return [
+            Message(
+                "tool",
+                kind="tool_result",
+                text=_content_text(item.get("content")),
+                call_id=str(item.get("tool_call_id") or ""),
+                name=str(item.get("name") or ""),
+            )
+        ]
+    if role or kind == "message":
+        found: list[Message] = []
+        text = _content_text(item.get("content"))
+        refusal = item.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            text = f"{text}\n[refused] {refusal}".strip()
+        calls = item.get("tool_calls")
+        if text or not isinstance(calls, list) or not calls:
+            found.append(Message(ROLES.get(role, role or "assistant"), text=text))
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                found.append(_call(function.get("name"), function.get("arguments"), call.get("id")))
+        return found
+    # Any other item (a hosted tool's call, a computer action, ...): its type and its JSON.
+    return [Message("assistant", kind="other", name=kind or "item", text=pretty(item))]
+
+
+def _call(name: Any, arguments: Any, call_id: Any) -> Message:
+    return Message(
+        "assistant",
+        kind="tool_call",
+        name=str(name or "?"),
+        arguments=pretty(arguments) if arguments not in (None, "") else "",
+        call_id=str(call_id or ""),
+    )
+
+
+def _content_text(content: Any) -> str:
+    """A message's content as text: a string, or its parts' texts (other parts named)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return _cut(content)
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict):
+                kind = str(part.get("type") or "")
+                value = part.get("text", part.get("refusal"))
+                if isinstance(value, str):
+                    texts.append(value)
+                elif kind in PART_NAMES:
+                    texts.append(PART_NAMES[kind])
+                else:
+                    texts.append(pretty(part))
+        return _cut("\n".join(texts))
+    return pretty(content)
+
+
 def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
     """What `trace_detail.html#span-panel` shows for a span: common facts, then what its
     type carries."""
@@ -530,6 +915,8 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     headline = ""
     is_decision = trees.is_decision(kind, span.name)
+    priced: dict[str, Any] | None = None
+    messages: dict[str, list[Message]] | None = None
 
     def block(title: str, value: Any, *, open: bool = True) -> None:
         text = pretty(value)
@@ -551,12 +938,25 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
             facts.append({"label": "Call id", "value": str(inner["call_id"]), "tone": "mono"})
         blocks.append({"title": "Message", "text": str(inner.get("message") or ""), "open": True})
     elif kind in ("generation", "response"):
-        if data.get("model"):
-            facts.append({"label": "Model", "value": str(data["model"]), "tone": "mono"})
+        model = data.get("model") or span.model
+        if model:
+            facts.append({"label": "Model", "value": str(model), "tone": "mono"})
         if data.get("response_id"):
             facts.append({"label": "Response", "value": str(data["response_id"]), "tone": "mono"})
         facts += _usage_facts(data.get("usage"))
-        block("Output", data.get("output"))
+        if span.cached_tokens and not any(f["label"].startswith("Cached") for f in facts):
+            facts.append(
+                {"label": "Cached input tokens", "value": f"{span.cached_tokens:,}", "tone": "num"}
+            )
+        cost = pricing.PriceBook.load().span_cost(span)
+        if cost is not None:
+            priced = {"cost": cost, "unpriced": _unpriced(cost)}
+        messages = {
+            "input": conversation(data.get("input")),
+            "output": conversation(data.get("output")),
+        }
+        # The messages as they were stored, one click away.
+        block("Output", data.get("output"), open=False)
         block("Input", data.get("input"), open=False)
         block("Model settings", data.get("model_config"), open=False)
     elif kind == "function":
@@ -615,6 +1015,8 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
         "ended": _clock(span.ended_at),
         "error": pretty(span.error),
         "raw": pretty(span.span_data),
+        "priced": priced,
+        "messages": messages,
     }
 
 

@@ -65,7 +65,8 @@
 
   function setStatus(text, state) {
     document.querySelectorAll("[data-live-status]").forEach(function (el) {
-      el.textContent = text;
+      // A page may say more than "Live" while connected (the trace page: "Waiting for approval").
+      el.textContent = state === "live" && el.dataset.liveLabel ? el.dataset.liveLabel : text;
       el.dataset.state = state;
     });
   }

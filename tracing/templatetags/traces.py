@@ -18,7 +18,7 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 
 from common import formatting
-from tracing.tree import Row, Tree
+from tracing.tree import CHILD_PAGE, MAX_INDENT, Gap, Row, Tree
 
 register = template.Library()
 
@@ -29,13 +29,40 @@ def duration(seconds: float | None) -> str:
 
 
 @register.simple_tag
-def tree_rows(tree: Tree, span_url: str, selected_id: str = "") -> SafeString:
+def tree_rows(
+    tree: Tree, span_url: str, selected_id: str = "", subtree_url: str = "", roots_url: str = ""
+) -> SafeString:
     """The rows of `tree`: a span with children is the <summary> of a <details> that holds
-    them (so subtrees fold without JavaScript), a leaf is a plain row."""
-    return mark_safe("".join(_row(row, span_url, selected_id) for row in tree.rows))
+    them (so subtrees fold without JavaScript), a leaf is a plain row. A span whose children
+    are not shown yet is a closed <details> that loads them when opened (traces.js), and
+    children left out are a "N more" control that loads the next page of them."""
+    parts: list[str] = []
+    for item in tree.items:
+        if isinstance(item, Row):
+            parts.append(_row(item, span_url, selected_id, subtree_url))
+        elif isinstance(item, Gap):
+            parts.append(_gap(item, subtree_url, roots_url))
+        else:
+            parts.append("</details>")
+    return mark_safe("".join(parts))
 
 
-def _row(row: Row, span_url: str, selected_id: str) -> str:
+def _gap(gap: Gap, subtree_url: str, roots_url: str) -> str:
+    where = (
+        roots_url if gap.parent_id is None else subtree_url + quote(gap.parent_id, safe="") + "/"
+    )
+    url = escape(f"{where}?start={gap.start}&stop={gap.stop}")
+    page = min(gap.count, CHILD_PAGE)
+    label = f"Show {page:,} more" if page == gap.count else f"Show {page:,} more of {gap.count:,}"
+    return (
+        f'<div class="row gap {gap.depth_class}" data-depth="{gap.depth}">'
+        f'<span class="name-cell"><span class="caret" aria-hidden="true"></span>'
+        f'<a class="tree-more" href="{url}" hx-get="{url}" hx-target="closest .gap" '
+        f'hx-swap="outerHTML" hx-push-url="false">{label}</a></span></div>\n'
+    )
+
+
+def _row(row: Row, span_url: str, selected_id: str, subtree_url: str = "") -> str:
     span: Any = row.span
     span_id = escape(span.span_id)
     url = escape(span_url + quote(span.span_id, safe="") + "/")
@@ -46,6 +73,7 @@ def _row(row: Row, span_url: str, selected_id: str) -> str:
         classes += " is-selected"
     classes += f" {row.depth_class}"
     label = "decision" if row.is_decision else escape(span.span_type)
+    name = escape(span.name or span.span_type)
     flags = ""
     if row.part > 1:
         flags += '<span class="flag flag-quiet">resumed</span>'
@@ -57,6 +85,11 @@ def _row(row: Row, span_url: str, selected_id: str) -> str:
         flags += '<span class="flag flag-error">tripped</span>'
     if span.error is not None:
         flags += '<span class="flag flag-error">error</span>'
+    if row.is_lazy:
+        flags += (
+            f'<span class="flag flag-quiet flag-more">{row.descendants:,} '
+            f"span{'' if row.descendants == 1 else 's'}</span>"
+        )
     if row.orphan:
         parent = escape(span.parent_id or "")
         flags += (
@@ -70,20 +103,29 @@ def _row(row: Row, span_url: str, selected_id: str) -> str:
     open_bar = " is-open" if row.open else ""
     cells = (
         f'<span class="name-cell"><span class="caret" aria-hidden="true"></span>'
-        f'<a class="span-link" href="{url}" hx-get="{url}" data-span="{span_id}">'
+        f'<a class="span-link" href="{url}" hx-get="{url}" data-span="{span_id}" title="{name}">'
         f'<span class="type type-{row.kind}">{label}</span>'
-        f'<span class="span-name">{escape(span.name or span.span_type)}</span>{flags}</a></span>'
+        f'<span class="span-name">{name}</span>{flags}</a></span>'
         f'<span class="bar-cell"><svg class="bar-track"><g class="bar kind-{row.kind}{open_bar}" '
         f'aria-hidden="true"><rect {place}/><rect class="bar-min" x="{row.offset:.3f}%" '
         f'width="2" height="100%" rx="1"/>{stripes}</g><text class="bar-time is-{row.label_place}" '
         f'{row.label_position} y="50%">{row.duration}</text></svg></span>'
     )
     style = f'data-depth="{row.depth}"'
-    if row.has_children:
-        html = (
+    if row.is_lazy:
+        load = escape(subtree_url + quote(span.span_id, safe="") + "/")
+        count = f"{row.descendants:,} span{'' if row.descendants == 1 else 's'}"
+        return (
+            f'<details class="node is-lazy" id="node-{span_id}" data-load="{load}">'
+            f'<summary class="{classes}" {style}>{cells}</summary>'
+            f'<div class="row subtree-load depth-{min(row.depth + 1, MAX_INDENT)}" '
+            f'data-depth="{row.depth + 1}" hx-push-url="false"><span class="name-cell">'
+            f'<span class="caret" aria-hidden="true"></span>'
+            f'<a class="tree-more" href="{load}">Show its {count}</a></span></div></details>\n'
+        )
+    if row.state == "open":
+        return (
             f'<details class="node" id="node-{span_id}" open>'
             f'<summary class="{classes}" {style}>{cells}</summary>\n'
         )
-    else:
-        html = f'<div class="{classes}" {style}>{cells}</div>\n'
-    return html + "</details>" * row.closes
+    return f'<div class="{classes}" {style}>{cells}</div>\n'
