@@ -523,7 +523,8 @@ def live_state(trace: Trace, run: AgentRun | None, tree: trees.Tree) -> str:
     return "running"
 
 
-INPUT_CHARS = 600
+# How much of the user's input and of the reply the summary shows (masked).
+SUMMARY_CHARS = 600
 
 
 def summary_context(trace: Trace, run: AgentRun | None) -> dict[str, Any]:
@@ -587,7 +588,7 @@ def _shown_text(value: str) -> str:
     """A user's or a model's text for operators: masked, then cut."""
     if not value:
         return ""
-    return formatting.preview(str(redaction.clean(value)), INPUT_CHARS)
+    return formatting.preview(str(redaction.clean(value)), SUMMARY_CHARS)
 
 
 def _unpriced(cost: pricing.Cost) -> list[dict[str, str]]:
