@@ -1,10 +1,20 @@
 from django.urls import path
 
 from common import converters  # noqa: F401  (registers <key:...>)
-from tracing import views
+from tracing import session_views, views
 
 urlpatterns = [
     path("traces/", views.trace_list, name="trace_list"),
+    path(
+        "traces/conversations/",
+        session_views.trace_conversations,
+        name="trace_conversations",
+    ),
+    path(
+        "traces/conversations/<key:session_id>/",
+        session_views.trace_conversation,
+        name="trace_conversation",
+    ),
     path("traces/<key:trace_id>.json", views.trace_export, name="trace_export"),
     path("traces/<key:trace_id>/", views.trace_detail, name="trace_detail"),
     path("traces/<key:trace_id>/tree/", views.trace_tree, name="trace_tree"),
