@@ -252,7 +252,7 @@ def test_it_shows_the_three_turns_the_approvals_wait_and_the_totals(
     assert total(html, "waiting") == "5 min 01 s"  # 0.5 + 300 + 0.2
     assert total(html, "approvals") == "1"
     assert total(html, "errors") == "1"
-    assert total(html, "feedback") == "👍 1 · 👎 1"
+    assert total(html, "feedback") == "thumbs up 1 · thumbs down 1"
     assert total(html, "first") == "2026-11-30 09:00:00"
     assert total(html, "last") == "2026-11-30 09:07:01"  # the failure ended a second after 9:07
     # Each turn links to its trace.
