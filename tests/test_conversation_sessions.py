@@ -348,6 +348,9 @@ def test_it_reads_the_same_number_of_queries_for_3_turns_as_for_12() -> None:
             == Conversation.objects.get(pk=conversation.pk).runs.count()
         )
     assert counts[0] == counts[1], counts
+    # The session and the user, two permission checks, the conversation, then the turns:
+    # runs, traces, requests, decisions, tool spans, prices, usage, feedback.
+    assert counts[0] <= 13, counts
 
 
 # --- the page is safe -----------------------------------------------------------------------

@@ -225,7 +225,7 @@ def _shown_trace(run: AgentRun, trace: Trace | None) -> Trace:
 def conversation_turns(
     conversation: Conversation, *, price_links: bool, now: datetime | None = None
 ) -> tuple[list[Turn], Totals]:
-    """The conversation's runs, oldest first, as turns, and their totals: nine queries,
+    """The conversation's runs, oldest first, as turns, and their totals: eight queries,
     however many turns."""
     now = now or timezone.now()
     runs = list(
