@@ -413,6 +413,7 @@ def test_the_list_shows_each_conversation_with_its_user_turns_tokens_cost_and_la
     assert text_of(row, "data-tokens") == ["400"]
     assert text_of(row, "data-cost") == ["$0.000400; no price for mystery-model"]
     assert 'data-outcome="failed"' in row
+    assert text_of(row, "data-feedback") == ["thumbs up 1 thumbs down 1"]
     assert ">alice</a>" in row and "Order help" in row
     assert reverse("trace_conversation", args=[three_turns["conversation"].session_id]) in row
 
@@ -473,3 +474,40 @@ def test_a_trace_of_the_conversation_counts_in_its_row_once() -> None:
     assert [(row.turns, row.tokens) for row in rows] == [(1, 120)]
     assert Trace.objects.filter(group_id=conversation.session_id).count() == 1
     assert ApprovalRequest.objects.count() == 0
+
+
+def test_the_list_filters_by_feedback(three_turns: dict[str, Any]) -> None:
+    praised = make_conversation(owner=make_user())
+    run = turn(praised, "hi", at=T0, reply="Hello")
+    Feedback.objects.create(run=run, user=praised.owner, score=1)
+    make_run(conversation=make_conversation(owner=make_user()))  # not rated
+    client = olga()
+
+    def listed(**query: str) -> list[str]:
+        html = client.get(reverse("trace_conversations"), query).content.decode()
+        return re.findall(r'data-session="([^"]+)"', html)
+
+    ours = three_turns["conversation"].session_id
+    assert listed(feedback="down") == [ours]
+    assert listed(feedback="up") == [praised.session_id, ours]
+    assert listed(feedback="any") == [praised.session_id, ours]
+    assert len(listed()) == 3
+    assert client.get(reverse("trace_conversations"), {"feedback": "meh"}).status_code == 400
+
+
+def test_filtered_by_user_the_list_totals_her_conversations(three_turns: dict[str, Any]) -> None:
+    second = make_conversation(owner=three_turns["alice"])
+    turn(second, "hi again", at=T0 + timedelta(hours=1), reply="Hello", tokens=(1000, 500))
+    other = make_conversation(owner=make_user(username="bob"))
+    turn(other, "hi", at=T0, reply="Hello", tokens=(5, 5))
+    client = olga()
+    html = client.get(reverse("trace_conversations"), {"user": "alice"}).content.decode()
+    assert total(html, "conversations") == "2"
+    assert total(html, "turns") == "4"
+    assert total(html, "tokens") == "1900"  # 400 + 1,500
+    # $0.000400 + 1000 × $1 + 500 × $2 a million: $0.002400.
+    assert total(html, "cost") == "$0.002400; no price for mystery-model"
+    assert (
+        'data-testid="filter-totals"'
+        not in client.get(reverse("trace_conversations")).content.decode()
+    )

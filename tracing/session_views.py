@@ -36,7 +36,15 @@ from common import formatting
 from conversations.models import Conversation
 from tracing import pricing, redaction
 from tracing.forms import CursorField, make_cursor
-from tracing.models import STATUS_OUTCOME, Feedback, Span, Trace, TraceOutcome, trace_status
+from tracing.models import (
+    STATUS_OUTCOME,
+    Feedback,
+    FeedbackScore,
+    Span,
+    Trace,
+    TraceOutcome,
+    trace_status,
+)
 from tracing.views import trace_viewer_required
 
 PAGE_SIZE = 50
@@ -345,11 +353,19 @@ def trace_conversation(request: HttpRequest, session_id: str) -> HttpResponse:
 
 
 class ConversationFilterForm(forms.Form):
+    FEEDBACK = [
+        ("", "Any"),
+        ("down", "With a thumbs down"),
+        ("up", "With a thumbs up"),
+        ("any", "With any feedback"),
+    ]
+
     user = forms.CharField(required=False, max_length=150)
     agent = forms.CharField(required=False, max_length=100)
+    feedback = forms.ChoiceField(required=False, choices=FEEDBACK)
     older = CursorField(required=False)
 
-    FILTERS = ("user", "agent")
+    FILTERS = ("user", "agent", "feedback")
 
     def conversation_filter(self) -> Q:
         data = self.cleaned_data
@@ -358,6 +374,10 @@ class ConversationFilterForm(forms.Form):
             filters &= Q(owner__username=data["user"].strip())
         if data.get("agent"):
             filters &= Q(agent_name=data["agent"].strip())
+        if data.get("feedback"):
+            rated = Feedback.objects.filter(run__conversation=OuterRef("pk"))
+            score = {"down": FeedbackScore.DOWN, "up": FeedbackScore.UP}.get(data["feedback"])
+            filters &= Q(Exists(rated if score is None else rated.filter(score=score)))
         return filters
 
     def filter_values(self) -> dict[str, str]:
@@ -377,6 +397,8 @@ class ConversationRow:
     outcome: str
     outcome_label: str
     preview: str
+    thumbs_up: int = 0
+    thumbs_down: int = 0
 
     @property
     def activity(self) -> str:
@@ -387,7 +409,7 @@ def conversation_rows(
     filters: Q, older: tuple[datetime, int] | None, *, price_links: bool
 ) -> tuple[list[ConversationRow], str]:
     """A page of conversations with runs, newest activity first (keyset on updated, pk), and
-    the cursor of the next, older page ("" if none): five queries a page."""
+    the cursor of the next, older page ("" if none): six queries a page."""
     newest_trace = Trace.objects.filter(group_id=OuterRef("session_id")).order_by(
         "-started_at", "-pk"
     )
@@ -425,6 +447,14 @@ def conversation_rows(
         .annotate(n=Sum("total_tokens"))
         .values_list("group_id", "n")
     )
+    scores: dict[tuple[int, int], int] = {
+        (conversation_id, score): n
+        for conversation_id, score, n in Feedback.objects.filter(run__conversation_id__in=pks)
+        .order_by()
+        .values("run__conversation_id", "score")
+        .annotate(n=Count("pk"))
+        .values_list("run__conversation_id", "score", "n")
+    }
     costs = (
         pricing.costs_by(Span.objects.filter(trace__group_id__in=sessions), "trace__group_id")
         if sessions
@@ -449,12 +479,38 @@ def conversation_rows(
                 preview=formatting.preview(
                     conversation.title or masked(first_input, PREVIEW_CHARS * 2), PREVIEW_CHARS
                 ),
+                thumbs_up=scores.get((conversation.pk, FeedbackScore.UP), 0),
+                thumbs_down=scores.get((conversation.pk, FeedbackScore.DOWN), 0),
             )
         )
     cursor = ""
     if len(found) > PAGE_SIZE and page:
         cursor = make_cursor(page[-1].updated, page[-1].pk)
     return rows, cursor
+
+
+@dataclass
+class FilterTotals:
+    conversations: int
+    turns: int
+    tokens: int
+    cost: CostView
+
+
+def filter_totals(filters: Q, *, price_links: bool) -> FilterTotals:
+    """Every conversation a filter selects, summed (a user's cost, an agent's): four queries."""
+    conversations = Conversation.objects.filter(filters).filter(
+        Exists(AgentRun.objects.filter(conversation=OuterRef("pk")))
+    )
+    sessions = conversations.values("session_id")
+    tokens = Trace.objects.filter(group_id__in=sessions).aggregate(n=Sum("total_tokens"))["n"]
+    cost = pricing.total_cost(Span.objects.filter(trace__group_id__in=sessions))
+    return FilterTotals(
+        conversations=conversations.count(),
+        turns=AgentRun.objects.filter(conversation__in=conversations).count(),
+        tokens=int(tokens or 0),
+        cost=cost_view(cost, links=price_links),
+    )
 
 
 @require_GET
@@ -466,17 +522,20 @@ def trace_conversations(request: HttpRequest) -> HttpResponse:
     valid = form.is_valid()
     rows: list[ConversationRow] = []
     cursor, filters = "", {}
+    totals = None
     if valid:
+        links = may_add_prices(request.user)
         rows, cursor = conversation_rows(
-            form.conversation_filter(),
-            form.cleaned_data.get("older"),
-            price_links=may_add_prices(request.user),
+            form.conversation_filter(), form.cleaned_data.get("older"), price_links=links
         )
         filters = form.filter_values()
+        if filters:
+            totals = filter_totals(form.conversation_filter(), price_links=links)
     base = reverse("trace_conversations")
     context = {
         "form": form,
         "rows": rows,
+        "totals": totals,
         "filtered": bool(filters),
         "older_url": f"{base}?{urlencode({**filters, 'older': cursor})}" if cursor else "",
         "newest_url": (f"{base}?{urlencode(filters)}" if filters else base)
