@@ -282,6 +282,25 @@ def test_it_says_how_long_a_pending_request_has_been_waiting() -> None:
     assert turns[0].outcome == TraceOutcome.WAITING and turns[0].cost.calls == 0
 
 
+def test_a_rejections_reason_is_shown_masked_and_an_escalation_named() -> None:
+    conversation = make_conversation(owner=make_user())
+    run = make_run(conversation=conversation, status=RunStatus.COMPLETED)
+    rejected = make_request(
+        run=run, status=ApprovalStatus.REJECTED, escalate_to="leads", escalated_at=T0
+    )
+    make_decision(
+        request=rejected,
+        approved=False,
+        kind=DecisionKind.REJECTED,
+        message=f"Not for card {CARD}",
+        note="internal: never shown",
+    )
+    html = page_of(conversation)
+    assert text_of(html, "data-message") == ["Not for card [card]"]
+    assert "escalated to leads" in html
+    assert "internal: never shown" not in html
+
+
 def test_it_names_policies_the_expiry_and_withdrawals_as_deciders() -> None:
     user = make_user()
     conversation = make_conversation(owner=user)

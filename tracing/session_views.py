@@ -120,6 +120,10 @@ class Approval:
     waited_seconds: float | None
     waited: str
     pending: bool
+    # What the reviewer told the agent (a rejection's reason), masked; and where it was
+    # escalated when nobody decided in time.
+    message: str = ""
+    escalated_to: str = ""
 
 
 @dataclass
@@ -222,6 +226,8 @@ def _approval(
         waited_seconds=waited_seconds,
         waited=waited,
         pending=pending,
+        message=masked(decision.message, PREVIEW_CHARS * 2) if decision is not None else "",
+        escalated_to=request.escalate_to if request.escalated_at is not None else "",
     )
 
 
