@@ -9,14 +9,19 @@ import re
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.urls import reverse
 
+from agentsite.asgi import application
 from approvals.models import AgentRun, RunStatus
 from conversations.consumers import _render_run
 from conversations.models import Conversation
 from conversations.session import open_session
+from engine import events, serverloop
 from tests.factories import make_conversation, make_run, make_user, user_message
+from tests.test_chat_consumer import HOST, ORIGIN, session_cookie
 from tests.test_csp import inline_code
 from tracing.models import Feedback
 
@@ -233,3 +238,38 @@ def test_a_reply_pushed_live_carries_the_buttons_and_the_owners_rating(
     running = make_run(conversation=conversation, input="more", status=RunStatus.RUNNING)
     html = _render_run(conversation.pk, running.pk, items, False, alice.pk)
     assert f'id="run-{running.pk}"' in html and "feedback-" not in html
+
+
+async def test_the_socket_pushes_a_finished_reply_with_its_buttons(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.AGENTSITE_SWEEP_SECONDS = 0
+    monkeypatch.setattr(serverloop, "_loop", None)
+
+    def setup() -> tuple[Conversation, AgentRun, tuple[bytes, bytes]]:
+        alice = make_user(username="alice")
+        conversation = make_conversation(owner=alice)
+        run = make_run(
+            conversation=conversation,
+            input="hi",
+            final_output="Hello!",
+            status=RunStatus.COMPLETED,
+            pause_count=0,
+        )
+        return conversation, run, session_cookie(alice)
+
+    conversation, run, cookie = await sync_to_async(setup)()
+    items = [user_message("hi"), assistant("Hello!")]
+    await open_session(conversation.session_id).add_items(items)
+    communicator = WebsocketCommunicator(
+        application, f"/ws/chats/{conversation.session_id}/", headers=[HOST, cookie, ORIGIN]
+    )
+    connected, _ = await communicator.connect()
+    assert connected
+    await events.publish(
+        [events.RunUpdated(run_id=run.pk, conversation_id=conversation.pk, status="completed")]
+    )
+    frame = await communicator.receive_from(timeout=5)
+    assert f'<form id="feedback-{run.pk}"' in frame
+    assert pressed(frame, run) == {"thumbs-up": "false", "thumbs-down": "false"}
+    await communicator.disconnect()
