@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connections
 from django.test import Client
 from django.urls import reverse
 
 from agentsite.asgi import application
 from approvals.models import AgentRun, RunStatus
+from conversations import feedback
 from conversations.consumers import _render_run
 from conversations.models import Conversation
 from conversations.session import open_session
@@ -273,3 +276,27 @@ async def test_the_socket_pushes_a_finished_reply_with_its_buttons(
     assert f'<form id="feedback-{run.pk}"' in frame
     assert pressed(frame, run) == {"thumbs-up": "false", "thumbs-down": "false"}
     await communicator.disconnect()
+
+
+def test_two_ratings_at_once_make_one_row(chat: tuple[Conversation, AgentRun, AgentRun]) -> None:
+    _, first, _ = chat
+    owner = first.conversation.owner
+    start = threading.Barrier(4)
+    problems: list[BaseException] = []
+
+    def click(score: int) -> None:
+        try:
+            start.wait()
+            feedback.rate(first, owner, score, None)
+        except BaseException as error:  # reported below
+            problems.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=click, args=(score,)) for score in (1, -1, 1, -1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert problems == []
+    assert Feedback.objects.filter(run=first, user=owner).count() == 1
