@@ -88,9 +88,18 @@ def test_a_thumbs_down_with_a_comment_on_a_live_reply_then_the_reload_shows_it(
     expect(page.locator(".turn-feedback")).to_contain_text("It did not say when it arrives.")
     expect(page.locator("[data-input]")).to_have_text("where is order 44")
     page.screenshot(path=SHOTS.format("operator-conversation"), full_page=True, caret="initial")
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    page.screenshot(
+        path=SHOTS.format("operator-conversation-phone"), full_page=True, caret="initial"
+    )
+    page.set_viewport_size({"width": 1280, "height": 860})
     page.goto(f"{live_site.url}/traces/conversations/")
     expect(page.locator(f'[data-session="{conversation.session_id}"]')).to_be_visible()
     page.screenshot(path=SHOTS.format("operator-conversations"), full_page=True, caret="initial")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(
+        path=SHOTS.format("operator-conversations-phone"), full_page=True, caret="initial"
+    )
 
 
 def test_without_javascript_the_buttons_post_and_come_back_pressed(
