@@ -36,7 +36,7 @@ class ConversationAdmin(admin.ModelAdmin):
     list_display = ["session_id", "title", "owner", "agent_name", "item_count", "updated", "traces"]
     list_filter = ["agent_name", "created", "updated"]
     search_fields = ["session_id", "title", "owner__username", "owner__email"]
-    readonly_fields = ["created", "updated"]
+    readonly_fields = ["created", "updated", "session_page"]
     raw_id_fields = ["owner"]
     date_hierarchy = "updated"
     inlines = [SessionItemInline]
@@ -48,6 +48,14 @@ class ConversationAdmin(admin.ModelAdmin):
     def traces(self, conversation: Conversation) -> str:
         url = reverse("trace_list") + "?" + urlencode({"conversation": conversation.session_id})
         return format_html('<a href="{}">Traces</a>', url)
+
+    @admin.display(description="operator's view")
+    def session_page(self, conversation: Conversation) -> str:
+        """Its turns as a session: input, reply, tools, approvals, cost, feedback."""
+        if conversation.pk is None:
+            return "-"
+        url = reverse("trace_conversation", args=[conversation.session_id])
+        return format_html('<a href="{}">The conversation\'s turns, tokens and cost</a>', url)
 
     @admin.display(description="items", ordering="_items")
     def item_count(self, conversation: Conversation) -> int:

@@ -18,6 +18,7 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html
 
 from approvals.models import RunStatus
+from conversations import feedback
 from conversations.models import Conversation
 from conversations.rendering import (
     HISTORY_ITEMS_SHOWN,
@@ -46,7 +47,13 @@ def _owned_conversation(user: User, session_id: str) -> tuple[int, str] | None:
     return (found[0], found[1]) if found else None
 
 
-def _render_run(conversation_pk: int, run_id: int, items: list[Any], show_calls: bool) -> str:
+def _render_run(
+    conversation_pk: int,
+    run_id: int,
+    items: list[Any],
+    show_calls: bool,
+    user_pk: int | None = None,
+) -> str:
     conversation = Conversation.objects.filter(pk=conversation_pk).first()
     if conversation is None:
         return ""
@@ -56,6 +63,8 @@ def _render_run(conversation_pk: int, run_id: int, items: list[Any], show_calls:
     _, view = run_view(conversation, items, loaded)
     if view is None:
         return ""  # undone or cleared meanwhile: nothing of it is shown
+    # A reply that arrives live gets its rating buttons as a reloaded one does.
+    view.rating = feedback.for_pushed_run(view.run, user_pk)
     # The header too: the first message titles the conversation, a handoff changes who answers.
     header = render_to_string(
         "conversations/chat.html#run-header",
@@ -73,6 +82,7 @@ def _render_run(conversation_pk: int, run_id: int, items: list[Any], show_calls:
 
 class ConversationConsumer(GuardedConsumer):
     group: str | None = None
+    user_pk: int | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -86,6 +96,7 @@ class ConversationConsumer(GuardedConsumer):
             await self.close()
             return
         self.conversation_pk, self.session_id = found
+        self.user_pk = user.pk
         self.show_calls = await database_sync_to_async(shows_calls)(user)
         self.group = events.conversation_group(self.conversation_pk)
         await self.join(self.group)
@@ -137,7 +148,7 @@ class ConversationConsumer(GuardedConsumer):
     async def _send_run(self, run_id: int) -> None:
         items = await open_session(self.session_id).get_items(HISTORY_ITEMS_SHOWN)
         html = await database_sync_to_async(_render_run)(
-            self.conversation_pk, run_id, items, self.show_calls
+            self.conversation_pk, run_id, items, self.show_calls, self.user_pk
         )
         if html:
             await self.send(text_data=html)

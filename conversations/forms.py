@@ -8,8 +8,10 @@ from django import forms
 
 from conversations.models import Conversation
 from engine import registry
+from tracing.models import Feedback, FeedbackScore
 
 TITLE_MAX_LENGTH = Conversation._meta.get_field("title").max_length or 200
+COMMENT_MAX_LENGTH = Feedback._meta.get_field("comment").max_length or 2000
 
 
 class NewConversationForm(forms.Form):
@@ -39,5 +41,36 @@ class RenameForm(forms.Form):
         error_messages={
             "max_length": f"A title has at most {TITLE_MAX_LENGTH} characters "
             "(this one has %(show_value)d)."
+        },
+    )
+
+
+class CommentField(forms.CharField):
+    """A comment, its line breaks as one character each: a browser counts a textarea's
+    newline as one towards `maxlength` and sends it as two (CRLF)."""
+
+    def to_python(self, value: Any) -> str:
+        text = super().to_python(value) or ""
+        return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+class FeedbackForm(forms.Form):
+    """A rating of a reply: thumbs up or down, and an optional comment."""
+
+    score = forms.TypedChoiceField(
+        choices=FeedbackScore.choices,
+        coerce=int,
+        error_messages={
+            "required": "Choose thumbs up or thumbs down.",
+            "invalid_choice": "Choose thumbs up or thumbs down.",
+        },
+    )
+    comment = CommentField(
+        required=False,
+        max_length=COMMENT_MAX_LENGTH,
+        widget=forms.Textarea,
+        error_messages={
+            "max_length": f"A comment has at most {COMMENT_MAX_LENGTH} characters "
+            "(this one has %(show_value)d). Shorten it and send it again."
         },
     )

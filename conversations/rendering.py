@@ -94,6 +94,9 @@ class Entry:
     html: SafeString | None = None
     output: str = ""
     pending: bool = False
+    # The end user's rating of the run whose reply this is (`conversations.feedback`): set
+    # on the last reply of each finished turn, for the page that shows its buttons.
+    rating: Any = None
 
 
 def _handoff_target(output: str) -> str | None:
@@ -226,6 +229,8 @@ class RunView:
     decided: list[Decided] = field(default_factory=list)
     # The pending requests the user may withdraw (their pks), beside the waiting notice.
     withdrawable: list[int] = field(default_factory=list)
+    # The end user's rating of its reply, once it is finished (`conversations.feedback`).
+    rating: Any = None
 
     @property
     def is_active(self) -> bool:

@@ -15,6 +15,11 @@ urlpatterns = [
     path("chats/<key:session_id>/rename/", views.chat_rename, name="chat_rename"),
     path("chats/<key:session_id>/runs/<int:pk>/stop/", views.chat_stop, name="chat_stop"),
     path(
+        "chats/<key:session_id>/runs/<int:pk>/feedback/",
+        views.chat_feedback,
+        name="chat_feedback",
+    ),
+    path(
         "chats/<key:session_id>/requests/<int:pk>/withdraw/",
         views.chat_withdraw,
         name="chat_withdraw",

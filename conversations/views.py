@@ -34,7 +34,8 @@ from agentsite.db import pool
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from common import formatting
 from common.http import HtmxHttpRequest
-from conversations.forms import MessageForm, NewConversationForm, RenameForm
+from conversations import feedback
+from conversations.forms import FeedbackForm, MessageForm, NewConversationForm, RenameForm
 from conversations.items import is_user_message, message_text
 from conversations.models import Conversation, SessionItem
 from conversations.rendering import (
@@ -146,8 +147,10 @@ def _chat_page(
     rename_form: RenameForm | None = None,
     status: int = 200,
     busy: str = "",
+    ratings: dict[int, feedback.Rating] | None = None,
 ) -> HttpResponse:
     history = _history(conversation)
+    feedback.attach(history, request.user, ratings)
     context = {
         "conversation": conversation,
         "history": history,
@@ -261,6 +264,7 @@ def chat_history(request: HttpRequest, session_id: str) -> HttpResponse:
     """The message list alone: the page re-fetches it whenever its socket (re)connects."""
     conversation = _get_conversation_for_user(request, session_id)
     history = _history(conversation)
+    feedback.attach(history, request.user)
     context = {
         "conversation": conversation,
         "history": history,
@@ -548,3 +552,33 @@ def chat_stop(request: HtmxHttpRequest, session_id: str, pk: int) -> HttpRespons
             request, conversation, "This reply had already ended; nothing was stopped.", ok=False
         )
     return _action_answer(request, conversation, "Stopping…", ok=True)
+
+
+# --- feedback -------------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def chat_feedback(request: HtmxHttpRequest, session_id: str, pk: int) -> HttpResponse:
+    """The owner rates a finished reply of this conversation: thumbs up or down, with an
+    optional comment; rating again changes it. For htmx the buttons alone come back (a
+    refused comment with its error and its text); else the chat page, at the reply."""
+    conversation = _get_conversation_for_user(request, session_id)
+    run = get_object_or_404(AgentRun, pk=pk, conversation=conversation)
+    if not run.is_finished:
+        return HttpResponse(feedback.NOT_FINISHED, status=409, content_type="text/plain")
+    form = FeedbackForm(request.POST)
+    if not form.is_valid():
+        existing = feedback.existing(run, request.user)
+        rating = feedback.rating_for(run, session_id, existing, form=form)
+        if request.htmx:
+            # 200, as the composer's refusals are: htmx swaps no 4xx, and the text must stay.
+            return render(request, "conversations/chat.html#feedback", {"rating": rating})
+        return _chat_page(request, conversation, status=400, ratings={run.pk: rating})
+    comment = form.cleaned_data["comment"] if "comment" in request.POST else None
+    row = feedback.rate(run, request.user, form.cleaned_data["score"], comment)
+    if request.htmx:
+        rating = feedback.rating_for(run, session_id, row, note=feedback.THANKS)
+        return render(request, "conversations/chat.html#feedback", {"rating": rating})
+    messages.success(request, feedback.THANKS)
+    return redirect(reverse("chat", args=[session_id]) + f"#feedback-{run.pk}")

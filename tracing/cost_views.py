@@ -23,7 +23,7 @@ from tracing import pricing
 from tracing.forms import CostRangeForm
 from tracing.models import Span
 from tracing.pricing import Cost, PriceBook
-from tracing.views import CostShown, cost_shown, may_add_prices, trace_viewer_required
+from tracing.views import trace_viewer_required
 
 TOP_USERS = 20
 
@@ -38,7 +38,7 @@ class CostLine:
     cached_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
-    shown: CostShown | None = None
+    shown: pricing.Shown | None = None
 
     def add(self, row: dict[str, Any], book: PriceBook) -> None:
         self.cost.add(book.row_cost(row))
@@ -79,7 +79,7 @@ def cost_lines(spans: QuerySet[Span], key: str, book: PriceBook, may_price: bool
     for row in pricing.usage_rows(spans, *keys):
         lines.setdefault(row[key], CostLine(row[key])).add(row, book)
     for line in lines.values():
-        line.shown = cost_shown(line.cost, may_price)
+        line.shown = pricing.shown(line.cost, links=may_price)
     return list(lines.values())
 
 
@@ -96,7 +96,7 @@ def trace_costs(request: HttpRequest) -> HttpResponse:
             "until_value": request.GET.get("until", ""),
         }
         return render(request, "tracing/costs.html", context, status=400)
-    may_price = may_add_prices(request.user)
+    may_price = pricing.may_add_prices(request.user)
     book = PriceBook.load()
     spans = spans_of_range(form)
     # One query for day and model: both come from the (model, day) sums.
@@ -112,7 +112,7 @@ def trace_costs(request: HttpRequest) -> HttpResponse:
     users = cost_lines(spans, "user", book, may_price)
     users = sorted(users, key=lambda line: line.rank, reverse=True)[:TOP_USERS]
     for line in [*days.values(), *models.values(), total]:
-        line.shown = cost_shown(line.cost, may_price)
+        line.shown = pricing.shown(line.cost, links=may_price)
 
     unpriced = []
     missing = total.cost.missing

@@ -93,6 +93,44 @@ def add_price_url(model: str) -> str:
     return reverse("admin:tracing_modelprice_add") + "?" + urlencode({"model": model})
 
 
+ADD_PRICE_PERMISSION = "tracing.add_modelprice"
+
+
+def may_add_prices(user: Any) -> bool:
+    """Who sees "no price for X" as a link to add the price: staff allowed to add one."""
+    return bool(user.is_staff and user.has_perm(ADD_PRICE_PERMISSION))
+
+
+@dataclass
+class Shown:
+    """A cost as every page shows it (`tracing/_cost.html`): the money of the priced calls,
+    then "no price for <model>" for each model without a price, linked to the form that adds
+    it for people who may; never a cost of 0 for calls nobody priced."""
+
+    money: str
+    missing: list[tuple[str, str]]  # (model, the add form's URL, or "")
+    calls: int
+
+    @property
+    def empty(self) -> bool:
+        """No model call at all: nothing to price."""
+        return not self.calls
+
+    def __str__(self) -> str:
+        parts = [self.money] if self.money else []
+        parts += [f"no price for {model}" for model, _ in self.missing]
+        return "; ".join(parts) if parts else "—"
+
+
+def shown(cost: Cost | None, *, links: bool) -> Shown:
+    """`cost` for people; `links` (see `may_add_prices`): link each unpriced model to the
+    admin's form for its price."""
+    if cost is None:
+        return Shown("", [], 0)
+    missing = [(model, add_price_url(model) if links else "") for model in cost.missing]
+    return Shown(cost.money(), missing, cost.calls)
+
+
 class PriceBook:
     """The price table, read once (one query) and applied to many calls."""
 

@@ -1,12 +1,23 @@
 from django.urls import path
 
 from common import converters  # noqa: F401  (registers <key:...>)
-from tracing import cost_views, export_views, otlp_views, views
+from tracing import cost_views, export_views, otlp_views, session_views, views
 
 urlpatterns = [
     path("traces/", views.trace_list, name="trace_list"),
     path("traces/costs/", cost_views.trace_costs, name="trace_costs"),
     path("traces/export.jsonl", export_views.trace_export_jsonl, name="trace_export_jsonl"),
+    # Above `traces/<id>/`, which would take "conversations" for a trace id.
+    path(
+        "traces/conversations/",
+        session_views.trace_conversations,
+        name="trace_conversations",
+    ),
+    path(
+        "traces/conversations/<key:session_id>/",
+        session_views.trace_conversation,
+        name="trace_conversation",
+    ),
     # Before `.json`, which would take `trace_x.otlp` for the id.
     path(
         "traces/<key:trace_id>.otlp.json",

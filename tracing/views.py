@@ -115,7 +115,7 @@ class TraceListRow:
     span_count: int
     cost: Cost | None = None
     ratings: Ratings = field(default_factory=Ratings)
-    shown_cost: CostShown | None = None
+    shown_cost: pricing.Shown | None = None
 
     @property
     def run(self) -> AgentRun | None:
@@ -318,9 +318,9 @@ def trace_list(request: HttpRequest) -> HttpResponse:
         filters = form.filter_values()
     else:
         page, filters = ListPage([]), {}
-    may_price = may_add_prices(request.user)
+    may_price = pricing.may_add_prices(request.user)
     for row in page.rows:
-        row.shown_cost = cost_shown(row.cost, may_price)
+        row.shown_cost = pricing.shown(row.cost, links=may_price)
     query = urlencode(filters)
     context = {
         "form": form,
@@ -337,28 +337,6 @@ def trace_list(request: HttpRequest) -> HttpResponse:
         "status_choices": TraceFilterForm.STATUSES[1:],
     }
     return render(request, "tracing/trace_list.html", context, status=200 if valid else 400)
-
-
-@dataclass
-class CostShown:
-    """A cost as a cell shows it: the money of the priced calls, and each model without a
-    price, linked to the form that adds it for people who may (never a cost of 0)."""
-
-    money: str
-    missing: list[tuple[str, str]]  # (model, the add form's URL, or "")
-    empty: bool  # no model call at all
-
-
-def cost_shown(cost: Cost | None, may_price: bool) -> CostShown:
-    if cost is None or not cost.calls:
-        return CostShown("", [], True)
-    missing = [(model, pricing.add_price_url(model) if may_price else "") for model in cost.missing]
-    return CostShown(cost.money(), missing, False)
-
-
-def may_add_prices(user: Any) -> bool:
-    """Who sees "no price for X" as a link to add the price: staff allowed to add one."""
-    return bool(user.is_staff and user.has_perm("tracing.add_modelprice"))
 
 
 def _list_url(values: dict[str, str]) -> str:
@@ -463,9 +441,12 @@ def tree_context(
     opened: Iterable[str] = (),
     more: dict[str, int] | None = None,
     selected: str = "",
+    price_links: bool = False,
 ) -> dict[str, Any]:
     """What the page's `tree` and `summary` partials need, for the page and its refreshes.
-    A big trace shows its top levels (`trees.View.first`), and what the reader loaded."""
+    A big trace shows its top levels (`trees.View.first`), and what the reader loaded.
+    `price_links`: link each model without a price to the form that adds it
+    (`pricing.may_add_prices`)."""
     shape = skeleton(trace)
     shown = [selected] if selected in shape else []
     view = trees.View.first(shape, opened=[*opened, *shown], shown=shown, more=more)
@@ -474,7 +455,7 @@ def tree_context(
     return {
         "trace": trace,
         "tree": tree,
-        "summary": summary_context(trace, run),
+        "summary": summary_context(trace, run, price_links=price_links),
         "child_page": trees.CHILD_PAGE,
         "live_state": live_state(trace, run, tree),
         "span_count": tree.span_count,
@@ -527,7 +508,9 @@ def live_state(trace: Trace, run: AgentRun | None, tree: trees.Tree) -> str:
 SUMMARY_CHARS = 600
 
 
-def summary_context(trace: Trace, run: AgentRun | None) -> dict[str, Any]:
+def summary_context(
+    trace: Trace, run: AgentRun | None, *, price_links: bool = False
+) -> dict[str, Any]:
     """The summary of a trace for operators: how its run ended and why, its active and
     waiting time, its tokens and cost, who asked what, and what they thought of the reply."""
     usage = pricing.usage_rows(Span.objects.filter(trace_id=trace.trace_id)) if trace.pk else []
@@ -573,8 +556,7 @@ def summary_context(trace: Trace, run: AgentRun | None) -> dict[str, Any]:
         "waited": bool(trace.waiting_seconds and trace.waiting_seconds >= 0.5),
         "tokens": {key: f"{value:,}" for key, value in tokens.items()},
         "has_usage": bool(usage),
-        "cost": cost,
-        "unpriced": _unpriced(cost),
+        "cost": pricing.shown(cost, links=price_links),
         "user": user,
         "agent": (run.agent_name if run is not None else "") or str(metadata.get("agent") or ""),
         "input": _shown_text(run.input) if run is not None else "",
@@ -591,18 +573,6 @@ def _shown_text(value: str) -> str:
     return formatting.preview(str(redaction.clean(value)), SUMMARY_CHARS)
 
 
-def _unpriced(cost: pricing.Cost) -> list[dict[str, str]]:
-    """The models without a price, each with the admin's form to add one (once it exists)."""
-    found = []
-    for model in cost.missing:
-        try:
-            url = pricing.add_price_url(model)
-        except NoReverseMatch:  # the price admin lands with helper "list"
-            url = ""
-        found.append({"model": model, "url": url})
-    return found
-
-
 def _tree_urls(trace: Trace) -> dict[str, str]:
     # Each row's links are a prefix and its span id: one reverse() per tree, not per row.
     return {
@@ -613,13 +583,20 @@ def _tree_urls(trace: Trace) -> dict[str, str]:
     }
 
 
-def _page_context(trace: Trace, selected: Span | None = None) -> dict[str, Any]:
+def _page_context(
+    request: HttpRequest, trace: Trace, selected: Span | None = None
+) -> dict[str, Any]:
     group = events.trace_group(trace.trace_id)
-    context = tree_context(trace, selected=selected.span_id if selected is not None else "")
+    links = pricing.may_add_prices(request.user)
+    context = tree_context(
+        trace, selected=selected.span_id if selected is not None else "", price_links=links
+    )
     return {
         **context,
         "others": other_runs(trace),
-        "panel": span_panel_context(trace, selected) if selected is not None else None,
+        "panel": (
+            span_panel_context(trace, selected, price_links=links) if selected is not None else None
+        ),
         "selected_id": selected.span_id if selected is not None else "",
         # A finished trace changes no more: no socket, and the page does not say "Live".
         "live": group is not None and context["live_state"] != "done",
@@ -632,7 +609,7 @@ def _page_context(trace: Trace, selected: Span | None = None) -> dict[str, Any]:
 def trace_detail(request: HttpRequest, trace_id: str) -> HttpResponse:
     """One trace: its spans as a tree and a waterfall; the span details load beside them."""
     trace = _get_trace_for_viewer(request, trace_id)
-    return render(request, "tracing/trace_detail.html", _page_context(trace))
+    return render(request, "tracing/trace_detail.html", _page_context(request, trace))
 
 
 @require_GET
@@ -644,7 +621,12 @@ def trace_tree(request: HttpRequest, trace_id: str) -> HttpResponse:
     trace = _get_trace_for_viewer(request, trace_id)
     form = TreeStateForm(request.GET)
     state = form.cleaned_data if form.is_valid() else {}
-    context = tree_context(trace, opened=state.get("open", []), more=state.get("more", {}))
+    context = tree_context(
+        trace,
+        opened=state.get("open", []),
+        more=state.get("more", {}),
+        price_links=pricing.may_add_prices(request.user),
+    )
     return render(request, "tracing/trace_detail.html#tree-refresh", context)
 
 
@@ -671,7 +653,9 @@ def trace_subtree(request: HtmxHttpRequest, trace_id: str, span_id: str) -> Http
         raise Http404("No such span in this trace.")
     if not request.htmx:
         span = get_object_or_404(Span, trace_id=trace.trace_id, span_id=span_id)
-        return render(request, "tracing/trace_detail.html", _page_context(trace, selected=span))
+        return render(
+            request, "tracing/trace_detail.html", _page_context(request, trace, selected=span)
+        )
     return _children_page(request, trace, shape, span_id, form)
 
 
@@ -687,7 +671,7 @@ def trace_roots(request: HtmxHttpRequest, trace_id: str) -> HttpResponse:
     if not form.is_valid():
         return HttpResponse(form.errors.as_text(), status=400, content_type="text/plain")
     if not request.htmx:
-        return render(request, "tracing/trace_detail.html", _page_context(trace))
+        return render(request, "tracing/trace_detail.html", _page_context(request, trace))
     return _children_page(request, trace, skeleton(trace), None, form)
 
 
@@ -723,9 +707,12 @@ def span_detail(request: HtmxHttpRequest, trace_id: str, span_id: str) -> HttpRe
     trace = _get_trace_for_viewer(request, trace_id)
     span = get_object_or_404(Span, trace_id=trace.trace_id, span_id=span_id)
     if request.htmx and not request.htmx.history_restore_request:
-        context = {"panel": span_panel_context(trace, span)}
+        links = pricing.may_add_prices(request.user)
+        context = {"panel": span_panel_context(trace, span, price_links=links)}
         return render(request, "tracing/trace_detail.html#span-panel", context)
-    return render(request, "tracing/trace_detail.html", _page_context(trace, selected=span))
+    return render(
+        request, "tracing/trace_detail.html", _page_context(request, trace, selected=span)
+    )
 
 
 # --- one span -------------------------------------------------------------------------------
@@ -906,7 +893,7 @@ def _content_text(content: Any) -> str:
     return pretty(content)
 
 
-def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
+def span_panel_context(trace: Trace, span: Span, *, price_links: bool = False) -> dict[str, Any]:
     """What `trace_detail.html#span-panel` shows for a span: common facts, then what its
     type carries."""
     data = span.span_data if isinstance(span.span_data, dict) else {}
@@ -916,7 +903,7 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     headline = ""
     is_decision = trees.is_decision(kind, span.name)
-    priced: dict[str, Any] | None = None
+    priced: pricing.Shown | None = None
     messages: dict[str, list[Message]] | None = None
 
     def block(title: str, value: Any, *, open: bool = True) -> None:
@@ -951,7 +938,7 @@ def span_panel_context(trace: Trace, span: Span) -> dict[str, Any]:
             )
         cost = pricing.PriceBook.load().span_cost(span)
         if cost is not None:
-            priced = {"cost": cost, "unpriced": _unpriced(cost)}
+            priced = pricing.shown(cost, links=price_links)
         messages = {
             "input": conversation(data.get("input")),
             "output": conversation(data.get("output")),
