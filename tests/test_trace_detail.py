@@ -307,8 +307,8 @@ def test_the_summary_says_how_the_run_went(client: Client, olga: Any) -> None:
     assert "1,400 (200 cached) · 200" in summary  # tokens in (cached) · out
     # 800 × 0.40 + 200 × 0.10 + 100 × 1.60 per million: $0.000500; the other model unpriced.
     assert '<span class="money">$0.000500</span>' in summary
-    assert "no price for <code>house-model</code>" in summary
-    assert "add its price" not in summary  # an operator who may not add prices
+    assert "no price for house-model" in summary
+    assert "Add a price for" not in summary  # an operator who may not add prices
     assert "<dd>chen</dd>" in summary
     # Her input and her comment are masked and escaped; the thumbs down is there.
     assert "[email]" in summary and "chen@example.com" not in html
@@ -334,9 +334,12 @@ def test_the_summary_links_the_conversation_and_the_price_form_once_they_exist(
     try:
         add = pricing.add_price_url("house-model")
     except NoReverseMatch:  # helper "list" adds the price admin
-        assert "add its price" not in html
+        assert "Add a price for" not in html
     else:
-        assert f'href="{escape(add)}">add its price</a>' in html
+        assert (
+            f'href="{escape(add)}" title="Add a price for house-model">no price for house-model</a>'
+            in html
+        )
 
 
 # --- the live status ------------------------------------------------------------------------
@@ -453,7 +456,7 @@ def test_the_generation_panel_reads_responses_items_as_a_conversation(
     assert XSS not in html and "&lt;script&gt;" in html
     # The raw JSON is one click away, folded; the model's cost (unpriced here) is named.
     assert '<details class="block"><summary>Output</summary>' in html
-    assert "no price for <code>acme-mini</code>" in html
+    assert "no price for acme-mini" in html
 
 
 def test_the_generation_panel_reads_chat_completions_messages_too(

@@ -216,7 +216,9 @@ def test_each_row_shows_input_user_agent_outcome_times_tokens_cost_and_ratings(
     assert "The model refused" in row
     # Never $0 for a model without a price; olga may not add prices: no link.
     assert "$0" not in row
-    assert f'<span class="no-price">no price for {UNPRICED}</span>' in row
+    assert (
+        f'<span class="no-price" data-unpriced="{UNPRICED}">no price for {UNPRICED}</span>' in row
+    )
     assert '<span class="rating rating-up">1 thumbs up</span>' in row
 
     for trace, css in [
@@ -260,7 +262,11 @@ def test_a_real_run_of_the_demo_shows_its_input_user_outcome_tool_and_unpriced_m
     assert '<a href="/traces/?user=chen"' in row
     assert '<span class="outcome outcome-completed">Completed</span>' in row
     # The offline demo model has no price in tests: never $0.
-    assert '<span class="no-price">no price for offline-demo</span>' in row and "$0" not in row
+    assert (
+        '<span class="no-price" data-unpriced="offline-demo">no price for offline-demo</span>'
+        in row
+        and "$0" not in row
+    )
     assert f'<td data-label="Tokens" class="num">{trace.total_tokens:,}</td>' in row
     assert trace.total_tokens > 0
 
@@ -275,7 +281,10 @@ def test_people_who_may_add_prices_get_a_link_to_add_one(client: Client) -> None
     # Staff without the permission read the same words, without the link.
     client.force_login(make_staff("sam"))
     row = row_html(client.get(reverse("trace_list")).content.decode(), trace)
-    assert f'<span class="no-price">no price for {UNPRICED}</span>' in row and add not in row
+    assert (
+        f'<span class="no-price" data-unpriced="{UNPRICED}">no price for {UNPRICED}</span>' in row
+        and add not in row
+    )
 
 
 def test_model_and_user_text_on_the_rows_is_escaped(client: Client, olga: Any) -> None:
