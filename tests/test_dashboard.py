@@ -231,8 +231,7 @@ def seed_requests(requests: list[R]) -> None:
         ApprovalDecision.objects.filter(pk=decision.pk).update(created=decided)
 
 
-@pytest.fixture
-def seeded() -> None:
+def seed_price() -> None:
     ModelPrice.objects.create(
         model=PRICED,
         input_per_million=PRICE_IN,
@@ -241,6 +240,11 @@ def seeded() -> None:
         currency="USD",
         valid_from=date(2026, 1, 1),
     )
+
+
+@pytest.fixture
+def seeded() -> None:
+    seed_price()
     seed_traces(TRACES + OUTSIDE)
     seed_requests([*REQUESTS, OLD_PENDING])
 

@@ -235,7 +235,8 @@ def latency_panel(window: Window) -> Panel:
 
 def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
     rows = dashboard.usage(window, PriceBook.load())
-    days = sorted({row.day for row in rows})
+    days = [window.since + timedelta(days=i) for i in range(window.days)]
+    used = sorted({row.day for row in rows})
     models = sorted({row.model for row in rows})
     agents = sorted({row.agent for row in rows})
     by_day_model: dict[tuple[date, str], tuple[int, Cost]] = {}
@@ -276,7 +277,7 @@ def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
                 *(count_cell(tokens(by_day_model, day, model)) for model in models),
                 count_cell(sum(tokens(by_day_model, day, model) for model in models)),
             ]
-            for day in days
+            for day in used
         ],
     )
     # The cost chart draws the currency most calls were priced in; the table has them all.
@@ -317,7 +318,7 @@ def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
                 *(costs.cell(cost(by_day_model, day, model)) for model in models),
                 costs.cell(_sum_costs(cost(by_day_model, day, model) for model in models)),
             ]
-            for day in days
+            for day in used
         ],
     )
     agents_chart = charts.bar_chart(
@@ -342,7 +343,7 @@ def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
                 count_cell(tokens(by_day_agent, day, agent)),
                 costs.cell(cost(by_day_agent, day, agent)),
             ]
-            for day in days
+            for day in used
             for agent in agents
             if (day, agent) in by_day_agent
         ],
