@@ -36,6 +36,7 @@ from bench import site
 from bench.harness import Config, Row, note
 from bench.pages import render_row
 from conversations.models import Conversation
+from tracing.dashboard import Window
 from tracing.models import Span, Trace, TraceOutcome, TraceStatus
 
 BENCHMARK = "dashboard"
@@ -99,7 +100,7 @@ def seed(count: int, requests: int, reviewer: Any, seed_value: int = 17) -> None
     requests with their decisions."""
     rng = random.Random(seed_value)
     now = timezone.now().astimezone(UTC)
-    start = now - timedelta(days=7) + timedelta(minutes=5)
+    start = Window.last_days().start  # the dashboard's default range: all of them in it
     seconds = (now - start).total_seconds()
     with transaction.atomic():
         traces: list[Trace] = []

@@ -4,8 +4,8 @@ Each function takes a `Window` (a range of UTC days and an optional agent) and r
 rows of numbers; `tracing.charts` draws them and `dashboard_views` shows them as tables and
 CSV. Every function is one query (the usage one two, with the price table), whatever the
 number of traces: sums and counts are grouped in SQL through the range's index
-(`trace_started`, `span_usage`, `request_status_created`), and only percentiles that SQL
-cannot give portably are computed here from values the database already sorted.
+(`trace_dashboard` and `span_usage`, which cover the queries, migration 0006), and only
+percentiles that SQL cannot give portably are ranked in SQL and picked here.
 
 Days and hours are UTC, as the prices' `valid_from` and `pricing.usage_rows` count them.
 A trace's agent is the registry name its run was started under (`metadata["agent"]`, which
@@ -39,7 +39,6 @@ from django.db.models import (
     Window as Over,
 )
 from django.db.models.expressions import Expression, ExpressionWrapper
-from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, NullIf, RowNumber
 from django.utils import timezone
 
@@ -139,11 +138,24 @@ def period_start(text: str) -> datetime:
     return datetime.strptime(text, form).replace(tzinfo=UTC)
 
 
+class MetadataAgent(Func):
+    """A trace's `metadata["agent"]` as text, read with one JSON operator (Django's key
+    transform reads the JSON twice a row on SQLite: its type, then its value)."""
+
+    output_field = CharField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="(%(expressions)s ->> '$.agent')")
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="(%(expressions)s ->> 'agent')")
+
+
 def agent_of(prefix: str = "") -> Expression:
     """A trace's agent (see the module's docstring); `prefix` reaches the trace from a span
     ("trace__")."""
     return Coalesce(
-        NullIf(KeyTextTransform("agent", f"{prefix}metadata"), Value("")),
+        NullIf(MetadataAgent(F(f"{prefix}metadata")), Value("")),
         F(f"{prefix}workflow_name"),
         output_field=CharField(),
     )

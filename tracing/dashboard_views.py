@@ -26,13 +26,20 @@ from django.utils.http import content_disposition_header, urlencode
 from django.views.decorators.http import require_GET
 
 from common import formatting
+from engine import registry
 from tracing import charts, dashboard
 from tracing.dashboard import Window
 from tracing.models import TraceOutcome
 from tracing.pricing import Cost, PriceBook, add_price_url, money
-from tracing.views import agent_choices, trace_viewer_required
+from tracing.views import trace_viewer_required
 
 DEFAULT_DAYS = 7
+
+
+def agent_choices() -> list[str]:
+    """Suggestions for the agent filter: the registered agents (a trace's agent is the name
+    its run was started under; a foreign trace's, its workflow name)."""
+    return list(registry.agent_names())
 
 
 class DashboardForm(forms.Form):
@@ -613,12 +620,7 @@ def csv_response(table: Table, filename: str) -> HttpResponse:
         or f'attachment; filename="{filename}"'
     )
     writer = csv.writer(response)
-    writer.writerow(table.columns)
+    writer.writerow([csv_value(column) for column in table.columns])
     for row in table.rows:
         writer.writerow([csv_value(cell.value) for cell in row])
     return response
-
-
-def table_values(table: Table) -> list[list[Any]]:
-    """A table's CSV values, row by row (for tests and exports)."""
-    return [[cell.value for cell in row] for row in table.rows]
