@@ -74,6 +74,9 @@ def test_the_charts_render_visible_with_no_console_error(
     assert page.get_by_role("img", name="Runs per day by outcome").count() == 1
     page.screenshot(path=str(screenshots / "dashboard.png"), full_page=True)
     page.screenshot(path="/tmp/dash-dashboard.png", full_page=False)
+    page.locator("#chart-latency").screenshot(path="/tmp/dash-latency.png")
+    page.locator("#chart-wait-deciders").screenshot(path="/tmp/dash-waits.png")
+    page.locator("#chart-backlog").screenshot(path="/tmp/dash-backlog.png")
     page.locator("#chart-cost").screenshot(path="/tmp/dash-cost.png")
     page.locator("#chart-requests").screenshot(path="/tmp/dash-requests.png")
     assert not errors, errors

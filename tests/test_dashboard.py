@@ -648,6 +648,12 @@ def test_a_nice_scale_covers_the_largest_value_in_round_steps() -> None:
         assert top >= value and top / step == 4
 
 
+def test_a_time_axis_steps_in_round_times() -> None:
+    assert charts.duration_scale(25 * 3600) == (2 * 86400, 12 * 3600)  # ticks every 12 h
+    assert charts.duration_scale(100) == (120, 30)
+    assert charts.duration_scale(0.3) == pytest.approx((0.4, 0.1))
+
+
 def test_stacked_bars_are_as_tall_as_their_values() -> None:
     chart = charts.bar_chart(
         "t",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 WIDTH = 720
 HEIGHT = 280
-LEFT, RIGHT, TOP, BOTTOM = 72, 16, 16, 64
+LEFT, RIGHT, TOP, BOTTOM = 100, 16, 16, 64
 MAX_X_LABELS = 12
 SERIES_CLASSES = 8  # series-0 … series-7 in dashboard.css
 
@@ -135,10 +135,31 @@ def nice_scale(largest: float, ticks: int = 4) -> tuple[float, float]:
     return 10 * power * ticks, 10 * power
 
 
+# Round steps for an axis of seconds: 1 s … 30 s, 1 min … 30 min, 1 h … 12 h, 1 day, a week.
+DURATION_STEPS = (
+    *(0.001 * f for f in (1, 2, 5, 10, 20, 50, 100, 200, 500)),
+    1, 2, 5, 10, 15, 30,
+    60, 120, 300, 600, 900, 1800,
+    3600, 7200, 10800, 21600, 43200,
+    86400, 172800, 604800,
+)  # fmt: skip
+
+
+def duration_scale(largest: float, ticks: int = 4) -> tuple[float, float]:
+    """An axis maximum of seconds at least `largest`, in round steps of time."""
+    for step in DURATION_STEPS:
+        if step * ticks >= largest:
+            return step * ticks, step
+    return nice_scale(largest, ticks)
+
+
 def _y_axis(
-    chart: Chart, top_value: float, text: Callable[[float], str]
+    chart: Chart, top_value: float, text: Callable[[float], str], integer: bool, seconds: bool
 ) -> Callable[[float], float]:
-    maximum, step = nice_scale(top_value)
+    maximum, step = duration_scale(top_value) if seconds else nice_scale(top_value)
+    if integer and step < 1:  # counts: no tick between two whole numbers
+        step = 1.0
+        maximum = max(1.0, float(math.ceil(top_value)))
     height = chart.bottom - chart.top
 
     def y(value: float) -> float:
@@ -172,14 +193,18 @@ def bar_chart(
     y_label: str,
     stacked: bool = True,
     text: Callable[[float], str] = plain_number,
+    integer: bool = True,
+    seconds: bool = False,
 ) -> Chart:
-    """Bars per category: the series stacked (counts that add up) or side by side."""
+    """Bars per category: the series stacked (counts that add up) or side by side.
+    `integer`: the values are counts (whole-number ticks); `seconds`: durations (ticks in
+    round steps of time)."""
     chart = Chart(name, title, description, x_label, y_label)
     chart.legend = [LegendEntry(_css(s, i), s.label) for i, s in enumerate(series)]
     values = [[(s.values[i] or 0.0) for s in series] for i in range(len(categories))]
     sums = [sum(column) if stacked else max(column, default=0.0) for column in values]
     chart.empty = not categories or not series or max(sums, default=0.0) <= 0
-    y = _y_axis(chart, max(sums, default=0.0), text)
+    y = _y_axis(chart, max(sums, default=0.0), text, integer, seconds)
     slot = (chart.right - chart.left) / max(len(categories), 1)
     width = slot * 0.8
     _x_ticks(chart, categories, lambda i: chart.left + slot * (i + 0.5))
@@ -220,6 +245,8 @@ def line_chart(
     x_label: str,
     y_label: str,
     text: Callable[[float], str] = plain_number,
+    integer: bool = True,
+    seconds: bool = False,
 ) -> Chart:
     """A line per series over the categories; a missing value (None) breaks no line, it is
     skipped."""
@@ -227,7 +254,7 @@ def line_chart(
     chart.legend = [LegendEntry(_css(s, i), s.label) for i, s in enumerate(series)]
     present = [v for s in series for v in s.values if v is not None]
     chart.empty = not categories or not present
-    y = _y_axis(chart, max(present, default=0.0), text)
+    y = _y_axis(chart, max(present, default=0.0), text, integer, seconds)
     span = chart.right - chart.left
     count = len(categories)
 

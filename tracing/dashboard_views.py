@@ -108,6 +108,7 @@ class Table:
     caption: str
     columns: list[str]
     rows: list[list[Cell]]  # each row's first cell is its header
+    text_columns: int = 1  # how many columns, from the left, hold text (the others numbers)
 
 
 def count_cell(value: int) -> Cell:
@@ -225,6 +226,8 @@ def latency_panel(window: Window) -> Panel:
         x_label="Day (UTC)",
         y_label="Active time",
         text=formatting.duration,
+        integer=False,
+        seconds=True,
     )
     rows = [
         [
@@ -315,6 +318,7 @@ def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
         x_label="Day (UTC)",
         y_label=f"Cost ({currency})",
         text=lambda value: money_text(value, currency),
+        integer=False,
     )
     cost_table = Table(
         "Cost per day by model",
@@ -354,6 +358,7 @@ def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
             for agent in agents
             if (day, agent) in by_day_agent
         ],
+        text_columns=2,
     )
     detail = Table(
         "Tokens and cost per day, model and agent",
@@ -380,6 +385,7 @@ def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
             ]
             for row in rows
         ],
+        text_columns=3,
     )
     notes = [Missing(model, costs.url(model)) for model in sorted(unpriced)]
     return [
@@ -477,6 +483,8 @@ def approval_panels(window: Window, now: datetime | None = None) -> list[Panel]:
             y_label="Time to decision",
             stacked=False,
             text=formatting.duration,
+            integer=False,
+            seconds=True,
         )
         table = Table(
             title,
