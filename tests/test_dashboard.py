@@ -34,6 +34,7 @@ from tests.factories import (
     make_user,
     make_viewer,
 )
+from tests.plans import explain
 from tests.test_csp import inline_code, policy_of
 from tracing import charts, dashboard
 from tracing.models import STATUS_OUTCOME, ModelPrice, Span, TraceOutcome
@@ -685,3 +686,24 @@ def test_a_line_skips_missing_values_and_an_empty_chart_says_so() -> None:
     assert len(chart.lines[0].markers) == 2 and chart.lines[0].points.count(",") == 2
     empty = charts.bar_chart("e", "E", "d", [], [], x_label="X", y_label="Y")
     assert empty.empty and not empty.bars
+
+
+# SQLite plans a table of a few rows as it plans a large one; PostgreSQL rightly scans it.
+@pytest.mark.sqlite
+def test_its_queries_read_the_range_through_indexes(seeded: None, operator: Client) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        assert operator.get(URL, RANGE).status_code == 200
+    tables = ("tracing_trace", "tracing_span", "approvals_approvalrequest")
+    read = [q["sql"] for q in queries if any(f'FROM "{t}"' in q["sql"] for t in tables)]
+    assert len(read) >= 6
+    plans = [explain(sql) for sql in read]
+    for sql, plan in zip(read, plans, strict=True):
+        assert not re.search(
+            r"\bSCAN (tracing_trace|tracing_span|approvals_approvalrequest)\b", plan
+        ), (
+            sql,
+            plan,
+        )
+    joined = " | ".join(plans)
+    for index in ("trace_dashboard", "span_usage", "request_status_created"):
+        assert index in joined, (index, joined)
