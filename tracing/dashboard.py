@@ -58,6 +58,9 @@ HOURLY_DAYS = 3
 LATENCY_PERCENTILES = (50, 95, 99)
 DECISION_PERCENTILES = (50, 95)
 
+# The agent of a trace with neither an agent in its metadata nor a workflow name.
+NO_AGENT = "(no agent)"
+
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 
@@ -294,7 +297,7 @@ def usage(window: Window, book: PriceBook | None = None) -> list[UsageRow]:
         UsageRow(
             day=_as_date(row["day"]),
             model=row["model"],
-            agent=row["agent"] or "",
+            agent=row["agent"] or NO_AGENT,
             input_tokens=int(row["input_tokens"] or 0),
             cached_tokens=int(row["cached_tokens"] or 0),
             output_tokens=int(row["output_tokens"] or 0),
