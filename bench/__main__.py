@@ -27,6 +27,7 @@ BENCHMARKS = {
     "tracing": "bench.trace_cost",
     "concurrency": "bench.concurrency",
     "pages": "bench.pages",
+    "dashboard": "bench.dashboard",
     "asgi": "bench.asgi",
     "cpu": "bench.cpu",
     "push": "bench.push",

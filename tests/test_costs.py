@@ -16,7 +16,7 @@ from tests.factories import T0, grant, make_staff, make_user, make_viewer
 from tests.test_trace_list import PRICED, UNPRICED, priced, traced_run
 from tracing import cost_views
 from tracing.forms import CostRangeForm
-from tracing.models import ModelPrice, TraceOutcome
+from tracing.models import ModelPrice, Span, Trace, TraceOutcome
 
 pytestmark = pytest.mark.django_db
 
@@ -53,6 +53,10 @@ def seeded() -> dict[str, Any]:
     run = traces["alice_2"].run
     assert run is not None
     type(run).objects.filter(pk=run.pk).update(agent_name="billing")
+    Trace.objects.filter(pk=traces["alice_2"].pk).update(metadata={"agent": "billing"})
+    Span.objects.filter(trace_id=traces["alice_2"].trace_id).exclude(model="").update(
+        agent="billing"
+    )
     return traces
 
 

@@ -96,6 +96,8 @@ def traced_run(
                 model,
                 parent=task,
                 model=model,
+                # As the exporter copies it from the trace (`exporter.trace_agent`).
+                agent=trace.metadata.get("agent", ""),
                 input_tokens=usage[0],
                 cached_tokens=usage[1],
                 output_tokens=usage[2],
@@ -422,8 +424,8 @@ def test_the_outcome_and_tool_filters_read_an_index_at_100000_traces(
         cursor.executemany(
             "INSERT INTO tracing_span (span_id, trace_id, parent_id, span_type, name, started_at,"
             " ended_at, span_data, total_tokens, model, input_tokens, cached_tokens,"
-            " output_tokens) VALUES (%s, %s, 'span_root', 'function', %s, %s, %s, '{}', 0, '',"
-            " 0, 0, 0)",
+            " output_tokens, agent) VALUES (%s, %s, 'span_root', 'function', %s, %s, %s, '{}', 0,"
+            " '', 0, 0, 0, '')",
             [
                 (
                     f"span_bulk_{n:024d}",
@@ -443,7 +445,9 @@ def test_the_outcome_and_tool_filters_read_an_index_at_100000_traces(
     for query, indexes, expected in [
         ({"outcome": "rejected"}, {"trace_outcome_started", "trace_started"}, 50),
         # A tenth of the traces: walking the newest-first index and filtering is as good.
-        ({"outcome": "failed"}, {"trace_outcome_started", "trace_started"}, 50),
+        # Or the dashboard's (started_at, outcome, status, ...): newest first, the outcome read
+        # from the index itself.
+        ({"outcome": "failed"}, {"trace_outcome_started", "trace_started", "trace_dashboard"}, 50),
         ({"tool": "issue_refund"}, {"span_tool"}, 50),
         # A common tool: the planner may probe each trace's spans instead (PostgreSQL does).
         (

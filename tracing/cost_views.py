@@ -13,8 +13,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import CharField, Count, F, QuerySet, Value
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Coalesce, NullIf
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -54,15 +53,11 @@ class CostLine:
 
 
 def spans_of_range(form: CostRangeForm) -> QuerySet[Span]:
-    """The spans started in the form's days, with each one's agent and user."""
+    """The spans started in the form's days, with each one's user."""
     start, end = form.bounds
+    # A model call's agent is on its span (`exporter.trace_agent`: the run's agent, else the
+    # trace's workflow name).
     return Span.objects.filter(started_at__gte=start, started_at__lt=end).annotate(
-        agent=Coalesce(
-            NullIf(F("trace__run__agent_name"), Value("")),
-            NullIf(KeyTextTransform("agent", "trace__metadata"), Value("")),
-            F("trace__workflow_name"),
-            output_field=CharField(),
-        ),
         user=Coalesce(
             F("trace__run__requested_by__username"),
             F("trace__run__conversation__owner__username"),

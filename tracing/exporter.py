@@ -56,6 +56,7 @@ from django.utils import timezone
 
 from agentsite.db.sql import placeholders
 from tracing import otlp, redaction
+from tracing.models import Trace
 from tracing.sql import new_trace, statements
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class SpanInsert(NamedTuple):
     input_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    agent: str = ""  # a model call's: its trace's (`_agents_of`), filled in when written
 
 
 @dataclass
@@ -363,6 +365,7 @@ def _write(batch: _Batch) -> None:
             return
         adapt_json = ops.adapt_json_value
         adapt_time = _time_adapter()
+        agents = _agents_of(batch, {span.trace_id for span in spans if span.model})
         _insert_spans(
             cursor,
             sql.insert_spans,
@@ -382,6 +385,7 @@ def _write(batch: _Batch) -> None:
                     span.input_tokens,
                     span.cached_tokens,
                     span.output_tokens,
+                    agents.get(span.trace_id, "") if span.model else "",
                 )
                 for span in spans
             ],
@@ -393,6 +397,31 @@ def _write(batch: _Batch) -> None:
             sql.update_trace,
             [sql.update_trace_row(now, key) for key in sorted(span_trace_ids)],
         )
+
+
+def trace_agent(metadata: Any, workflow_name: str) -> str:
+    """A trace's agent: the registry name the engine wrote in its metadata, else (a trace no
+    run of ours made) its workflow name."""
+    agent = metadata.get("agent") if isinstance(metadata, dict) else None
+    return str(agent)[:255] if agent else workflow_name[:255]
+
+
+def _agents_of(batch: _Batch, trace_ids: set[str]) -> dict[str, str]:
+    """The agent of each trace of the batch's model calls: from the batch's own traces (the
+    SDK exports a trace when it starts, so usually in the batch of its first spans), else
+    from the stored rows, in one query (a run resumed in another process, a late batch)."""
+    agents = {
+        key: trace_agent(batch.traces[key].metadata, batch.traces[key].workflow_name)
+        for key in trace_ids
+        if key in batch.traces
+    }
+    missing = trace_ids - set(agents)
+    if missing:
+        stored = Trace.objects.filter(trace_id__in=missing).values_list(
+            "trace_id", "metadata", "workflow_name"
+        )
+        agents.update((key, trace_agent(metadata, name)) for key, metadata, name in stored)
+    return agents
 
 
 def _time_adapter() -> Callable[[datetime | None], Any]:

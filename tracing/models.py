@@ -152,6 +152,11 @@ class Trace(models.Model):
             models.Index(fields=["workflow_name"], name="trace_workflow"),
             models.Index(fields=["-started_at"], name="trace_started"),
             models.Index(fields=["outcome", "-started_at"], name="trace_outcome_started"),
+            # The dashboard's counts and percentiles of a range, read from the index alone.
+            models.Index(
+                fields=["started_at", "outcome", "status", "active_seconds"],
+                name="trace_dashboard",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -209,6 +214,7 @@ SPAN_FIELDS = (
     "input_tokens",
     "cached_tokens",
     "output_tokens",
+    "agent",
 )
 
 
@@ -247,13 +253,30 @@ class Span(models.Model):
         default=0, help_text="Of the input tokens, those read from the provider's cache."
     )
     output_tokens = models.PositiveBigIntegerField(default=0)
+    # A model call's agent, copied from its trace by the exporter (the trace's
+    # `metadata["agent"]`, else its workflow name), so that tokens and cost per agent are
+    # summed from the `span_usage` index alone, without a lookup of each call's trace.
+    agent = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
         ordering = ["started_at", "pk"]
         indexes = [
             models.Index(fields=["trace", "started_at"], name="span_trace_started"),
-            # The model calls by time, for cost and token totals per day, model and agent.
-            models.Index(fields=["started_at", "model"], name="span_usage", condition=~Q(model="")),
+            # The model calls by time, for cost and token totals per day, model and agent: with
+            # their agent and tokens, so that the sums read the index alone (the dashboard).
+            models.Index(
+                fields=[
+                    "started_at",
+                    "model",
+                    "agent",
+                    "input_tokens",
+                    "cached_tokens",
+                    "output_tokens",
+                    "total_tokens",
+                ],
+                name="span_usage",
+                condition=~Q(model=""),
+            ),
             # The calls of a tool, for the trace list's tool filter.
             models.Index(
                 fields=["name", "trace"], name="span_tool", condition=Q(span_type="function")

@@ -1,11 +1,12 @@
 from django.urls import path
 
 from common import converters  # noqa: F401  (registers <key:...>)
-from tracing import cost_views, export_views, otlp_views, session_views, views
+from tracing import cost_views, dashboard_views, export_views, otlp_views, session_views, views
 
 urlpatterns = [
     path("traces/", views.trace_list, name="trace_list"),
     path("traces/costs/", cost_views.trace_costs, name="trace_costs"),
+    path("traces/dashboard/", dashboard_views.trace_dashboard, name="trace_dashboard"),
     path("traces/export.jsonl", export_views.trace_export_jsonl, name="trace_export_jsonl"),
     # Above `traces/<id>/`, which would take "conversations" for a trace id.
     path(
