@@ -23,9 +23,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.db.models import QuerySet, Sum
-from django.db.models.functions import TruncDate
 from django.urls import reverse
 
+from agentsite.db.functions import UTCPeriod
 from tracing.models import ModelPrice, Span
 
 MILLION = Decimal(1_000_000)
@@ -228,11 +228,13 @@ def model_calls(spans: QuerySet[Span] | None = None) -> QuerySet[Span]:
 
 def usage_rows(spans: QuerySet[Span], *keys: str) -> list[dict[str, Any]]:
     """Token sums of the model calls among `spans`, grouped by model, day (UTC) and `keys`
-    (e.g. "trace_id", "trace__run__agent_name"): rows for `PriceBook.row_cost`."""
-    return list(
+    (e.g. "trace_id", "trace__run__agent_name"): rows for `PriceBook.row_cost`, each
+    row's "day" a date. (The day is read as text from the UTC timestamp, `UTCPeriod`:
+    Django's TruncDate is a Python function called per row on SQLite.)"""
+    rows = list(
         model_calls(spans)
         .order_by()
-        .annotate(day=TruncDate("started_at"))
+        .annotate(day=UTCPeriod("started_at", hourly=False))
         .values("model", "day", *keys)
         .annotate(
             input_tokens=Sum("input_tokens"),
@@ -241,6 +243,9 @@ def usage_rows(spans: QuerySet[Span], *keys: str) -> list[dict[str, Any]]:
             total_tokens=Sum("total_tokens"),
         )
     )
+    for row in rows:
+        row["day"] = _as_date(row["day"])
+    return rows
 
 
 def costs_by(spans: QuerySet[Span], key: str, book: PriceBook | None = None) -> dict[Any, Cost]:
