@@ -264,7 +264,7 @@ def usage(window: Window, book: PriceBook | None = None) -> list[UsageRow]:
         spans = spans.filter(agent=window.agent)
     rows = [
         UsageRow(
-            day=_as_date(row["day"]),
+            day=row["day"],
             model=row["model"],
             agent=row["agent"] or NO_AGENT,
             input_tokens=int(row["input_tokens"] or 0),
@@ -277,14 +277,6 @@ def usage(window: Window, book: PriceBook | None = None) -> list[UsageRow]:
     ]
     rows.sort(key=lambda row: (row.day, row.model, row.agent))
     return rows
-
-
-def _as_date(value: Any) -> date:
-    if isinstance(value, datetime):
-        return value.date()
-    if isinstance(value, date):
-        return value
-    return date.fromisoformat(str(value)[:10])
 
 
 def totals_by(rows: Iterable[UsageRow], key: str) -> dict[str, tuple[int, Cost]]:
