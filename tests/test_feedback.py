@@ -300,3 +300,25 @@ def test_two_ratings_at_once_make_one_row(chat: tuple[Conversation, AgentRun, Ag
         thread.join(timeout=20)
     assert problems == []
     assert Feedback.objects.filter(run=first, user=owner).count() == 1
+
+
+def test_a_thumbs_down_with_a_comment_reaches_the_trace_and_the_lists_filter(
+    client: Client, chat: tuple[Conversation, AgentRun, AgentRun]
+) -> None:
+    """The issue's "done when": the rating an end user gives on the chat page is what the
+    operator reads on the run's trace and what the trace list's feedback filter finds."""
+    from tests.factories import make_trace, make_viewer
+
+    _, first, second = chat
+    rated, other = make_trace(run=first), make_trace(run=second)
+    assert rate(client, first, -1, "Wrong order, mail bob@example.com").status_code == 302
+    operator = Client()
+    operator.force_login(make_viewer())
+    page = operator.get(reverse("trace_detail", args=[rated.trace_id])).content.decode()
+    assert "Thumbs down" in page and "Wrong order, mail [email]" in page
+    assert "bob@example.com" not in page
+    listed = operator.get(reverse("trace_list"), {"feedback": "down"}).content.decode()
+    assert f'id="trace-{rated.pk}"' in listed and f'id="trace-{other.pk}"' not in listed
+    assert "1 thumbs down" in listed
+    liked = operator.get(reverse("trace_list"), {"feedback": "up"}).content.decode()
+    assert f'id="trace-{rated.pk}"' not in liked
