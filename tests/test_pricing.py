@@ -197,3 +197,41 @@ def test_trace_costs_sum_each_traces_calls_by_model_and_day() -> None:
     assert costs["trace_b"].missing == ["x"]
     rows = usage_rows(Span.objects.all())
     assert len(rows) == 2  # the function span is no model call
+
+
+def test_model_calls_stored_before_their_usage_columns_get_them_from_their_data() -> None:
+    """Migration 0006: a site upgraded with traces already stored sees their cost."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = (
+        [("tracing", "0005_list_and_dashboard_indexes")],
+        [("tracing", "0006_backfill_usage")],
+    )
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    Trace.objects.create(trace_id="trace_old", metadata={"agent": "support"})
+    usage = {
+        "input_tokens": 900,
+        "output_tokens": 40,
+        "input_tokens_details": {"cached_tokens": 300},
+    }
+    Span.objects.create(
+        span_id="span_old",
+        trace_id="trace_old",
+        span_type="generation",
+        span_data={"type": "generation", "model": "gpt-4.1-mini", "usage": usage},
+    )
+    Span.objects.create(span_id="span_fn", trace_id="trace_old", span_type="function")
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(after)
+    old = Span.objects.get(span_id="span_old")
+    assert (old.model, old.input_tokens, old.cached_tokens, old.output_tokens, old.agent) == (
+        "gpt-4.1-mini",
+        900,
+        300,
+        40,
+        "support",
+    )
+    assert Span.objects.get(span_id="span_fn").model == ""
