@@ -313,7 +313,9 @@ def test_the_summary_says_how_the_run_went(client: Client, olga: Any) -> None:
     # Her input and her comment are masked and escaped; the thumbs down is there.
     assert "[email]" in summary and "chen@example.com" not in html
     assert XSS not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in summary
-    assert "👎" in summary and "Wrong amount!" in summary
+    assert (
+        '<svg class="thumb"' in summary and "Thumbs down" in summary and "Wrong amount!" in summary
+    )
     assert "I refunded $20.00 on order 7." in summary
 
 
