@@ -571,9 +571,11 @@ def test_a_long_chat_costs_as_many_queries_as_a_short_one(
             counts[conversation.pk, path] = len(queries)
     assert "Answer</strong> 24" in response.content.decode()
 
-    # Session, user, conversation, session items, latest run, two permission checks.
-    assert counts[long.pk, ""] == counts[short.pk, ""] <= 7
-    assert counts[long.pk, "history/"] == counts[short.pk, "history/"] <= 7
+    # Session, user, conversation, session items, latest run, the replies' runs with the
+    # user's ratings, two permission checks. (On SQLite the session items are read through
+    # the backend's own connection, which this count does not see: one fewer.)
+    assert counts[long.pk, ""] == counts[short.pk, ""] <= 8
+    assert counts[long.pk, "history/"] == counts[short.pk, "history/"] <= 8
 
     for n in range(40):
         make_conversation(owner=alice, title=f"chat {n}")
