@@ -272,8 +272,11 @@ def _fetch(sql: str, params: list[Any]) -> list[Any]:
         return list(cursor.fetchall())
 
 
-class UnreadableSessionItem(Exception):
-    """The newest item of an encrypted session cannot be decrypted, so it was not popped."""
+class UnreadableSessionItem(InvalidToken):
+    """The newest item of an encrypted session cannot be decrypted, so it was not popped.
+
+    A `cryptography.fernet.InvalidToken`, as the SDK's `EncryptedSession` raises for the same
+    item over its `SQLiteSession`: code written for the SDK's catches it unchanged."""
 
 
 _unreadable_lock = threading.Lock()

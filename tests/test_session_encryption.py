@@ -134,3 +134,31 @@ async def test_pop_returns_the_decrypted_newest_item(key: str) -> None:
     assert await session.pop_item() == {"role": "user", "content": "b"}
     assert await session.get_items() == [{"role": "user", "content": "a"}]
     assert await Conversation.objects.filter(session_id="pop2").aexists()
+
+
+async def test_an_unreadable_item_raises_what_the_sdks_encrypted_session_raises(
+    key: str, tmp_path: Any
+) -> None:
+    """Issue 18 part 7: code written for the SDK's EncryptedSession catches `InvalidToken`
+    when the newest item cannot be decrypted; ours raises a subclass of it, and both leave
+    the item in place."""
+    from agents import SQLiteSession
+    from cryptography.fernet import InvalidToken
+
+    foreign = Fernet.generate_key().decode()
+    sdk_store = SQLiteSession("sdk", str(tmp_path / "sdk.sqlite3"))
+    await EncryptedSession("sdk", sdk_store, foreign).add_items([{"role": "user", "content": "x"}])
+    with pytest.raises(InvalidToken):
+        await EncryptedSession("sdk", sdk_store, key).pop_item()
+    assert len(await sdk_store.get_items()) == 1
+
+    ours = open_session("ours")
+    await AuditedEncryptedSession("ours", DjangoSession("ours"), foreign).add_items(
+        [{"role": "user", "content": "x"}]
+    )
+    with pytest.raises(InvalidToken) as raised:
+        await ours.pop_item()
+    assert isinstance(raised.value, UnreadableSessionItem)
+    assert "cannot be decrypted" in str(raised.value)
+    assert await SessionItem.objects.acount() == 1
+    sdk_store.close()
