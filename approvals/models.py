@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from agentsite.db.faithful import FaithfulJSONField
 from conversations import items
 from conversations.models import Conversation
 
@@ -133,7 +134,7 @@ class AgentRun(models.Model):
     )
     # The one saved RunState (`RunState.to_json()`), present only while the run waits, and
     # the server's signature over it: a state edited in the database no longer matches.
-    state = models.JSONField(null=True, blank=True, editable=False)
+    state = FaithfulJSONField(null=True, blank=True, editable=False)
     state_signature = models.CharField(max_length=64, blank=True, editable=False)
     # Set when a resumption takes the state: a state is resumed at most once, ever.
     state_consumed = models.BooleanField(default=False)
@@ -304,7 +305,7 @@ class ApprovalRequest(models.Model):
     call_id = models.CharField(max_length=200)
     agent_name = models.CharField(max_length=100)
     tool_name = models.CharField(max_length=200, db_index=True)
-    arguments = models.JSONField(help_text="The arguments as the model sent them (parsed).")
+    arguments = FaithfulJSONField(help_text="The arguments as the model sent them (parsed).")
     arguments_hash = models.CharField(max_length=64)
     origin = models.CharField(
         max_length=20, choices=ApprovalOrigin.choices, default=ApprovalOrigin.TOOL
@@ -476,7 +477,7 @@ class ApprovalDecision(models.Model):
     # on the request, their hash in `arguments_hash`), their hash, and the site's signature
     # over both hashes, the request and the reviewer: an edit changed outside the form path
     # (here, or a forged hash) no longer matches, and the resume refuses it.
-    edited_arguments = models.JSONField(
+    edited_arguments = FaithfulJSONField(
         null=True,
         blank=True,
         help_text="The arguments the reviewer changed the call to (it ran with these); empty "

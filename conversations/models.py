@@ -12,6 +12,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from agentsite.db.faithful import FaithfulJSONField
+
 
 def new_session_id() -> str:
     return f"conv_{secrets.token_urlsafe(16)}"
@@ -69,7 +71,7 @@ class SessionItem(models.Model):
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="items", db_index=False
     )
-    payload = models.JSONField()
+    payload = FaithfulJSONField()
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
+from agentsite.db import faithful
 from agentsite.db.hops import db_thread
 from conversations.models import Conversation, SessionItem
 from conversations.sql import statements
@@ -135,7 +136,8 @@ class DjangoSession(SessionABC):
             rows = _fetch(statements().last_items, [self.session_id, limit])
             rows.reverse()
         return [
-            json.loads(value) if isinstance(value, (str, bytes)) else value for (value,) in rows
+            faithful.decode(json.loads(value) if isinstance(value, (str, bytes)) else value)
+            for (value,) in rows
         ]
 
     def _add_items_sync(self, items: list[TResponseInputItem]) -> None:
@@ -151,7 +153,7 @@ class DjangoSession(SessionABC):
                 if touched.rowcount == 1:
                     cursor.executemany(
                         sql.insert_item,
-                        [(self._conversation_pk, json.dumps(item), now) for item in items],
+                        [(self._conversation_pk, text, now) for text in _texts(items)],
                     )
                     return
             # Deleted meanwhile (nothing was written): the general path recreates it.
@@ -162,7 +164,7 @@ class DjangoSession(SessionABC):
             # One executemany, as SQLiteSession does; bulk_create's per-field preparation
             # cost more than the inserts themselves.
             cursor.executemany(
-                sql.insert_item, [(conversation_pk, json.dumps(item), now) for item in items]
+                sql.insert_item, [(conversation_pk, text, now) for text in _texts(items)]
             )
 
     def _pop_sync(
@@ -239,6 +241,22 @@ class DjangoSession(SessionABC):
         return self._conversation_pk
 
 
+def _texts(items: list[TResponseInputItem]) -> list[str]:
+    """Each item as the JSON text to store, any text in it kept (`agentsite.db.faithful`);
+    NaN or Infinity, which JSON cannot hold, refuse the whole batch before anything is
+    written, naming the item."""
+    texts = []
+    for n, item in enumerate(items, start=1):
+        try:
+            texts.append(faithful.encode_text(item))
+        except ValueError as exc:
+            raise ValueError(
+                f"Session item {n} of {len(items)} cannot be stored: it holds NaN or Infinity, "
+                f"which JSON cannot hold ({exc})."
+            ) from exc
+    return texts
+
+
 def _validated(
     row: tuple[Any, ...] | None, validate: Callable[[TResponseInputItem], None] | None
 ) -> TResponseInputItem | None:
@@ -246,7 +264,7 @@ def _validated(
     if row is None:
         return None
     (value,) = row
-    payload = json.loads(value) if isinstance(value, (str, bytes)) else value
+    payload = faithful.decode(json.loads(value) if isinstance(value, (str, bytes)) else value)
     if validate is not None:
         validate(payload)
     return payload
