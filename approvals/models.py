@@ -275,6 +275,17 @@ class ApprovalOrigin(models.TextChoices):
     HANDOFF = "handoff", "After a handoff"
 
 
+class ToolKind(models.TextChoices):
+    """What kind of tool a paused call is for: each is shown and resumed its own way."""
+
+    FUNCTION = "function", "Function tool"
+    MCP = "mcp", "MCP server tool"
+    HOSTED_MCP = "hosted_mcp", "Hosted MCP tool"
+    SHELL = "shell", "Shell command"
+    APPLY_PATCH = "apply_patch", "File patch"
+    OTHER = "other", "Other tool"
+
+
 class ApprovalRequestQuerySet(models.QuerySet["ApprovalRequest"]):
     def pending(self) -> ApprovalRequestQuerySet:
         return self.filter(status=ApprovalStatus.PENDING)
@@ -309,6 +320,18 @@ class ApprovalRequest(models.Model):
     arguments_hash = models.CharField(max_length=64)
     origin = models.CharField(
         max_length=20, choices=ApprovalOrigin.choices, default=ApprovalOrigin.TOOL
+    )
+    kind = models.CharField(
+        max_length=20,
+        choices=ToolKind.choices,
+        default=ToolKind.FUNCTION,
+        help_text="The kind of tool the call is for (a function, an MCP server's, a shell…).",
+    )
+    server = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The MCP server the tool belongs to: a local server's name, a hosted "
+        "server's label; blank for other tools.",
     )
     status = models.CharField(
         max_length=20,
