@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,41 @@ def test_words_that_arrive_before_their_runs_block_are_shown_when_it_comes(
 
     # Under load the POST's answer (the run's block) can come after the run's first words.
     assert page.evaluate(DELTA_BEFORE_BLOCK) == "Order 44 has "
+
+
+
+def test_a_re_read_that_lands_after_pushes_does_not_take_the_page_back(
+    live_site: Any, page: Any, alice: Any
+) -> None:
+    """The messages re-read by the server before the run paused, but reaching the page after
+    the pause's pushes, must not leave the page behind them: no push comes after it to put
+    it right (the CI once saw a pause never shown, the page stuck at "running")."""
+    open_new_chat(page, live_site)
+    held: list[tuple[Any, Any]] = []
+
+    def hold_the_first(route: Any) -> None:
+        if held:
+            route.continue_()
+            return
+        held.append((route, route.fetch()))  # answered now, delivered when the test says
+
+    page.route(re.compile(r"/history/$"), hold_the_first)
+    # A re-read (its socket reconnected, or words came before their run's block).
+    page.evaluate("document.body.dispatchEvent(new CustomEvent('resync'))")
+    while not held:
+        page.wait_for_timeout(20)
+    say(page, "cancel order 42")
+    # The run pauses while the re-read is out; its pushes reach the page meanwhile.
+    deadline = time.monotonic() + 15
+    while not ApprovalRequest.objects.filter(tool_name="cancel_order").exists():
+        assert time.monotonic() < deadline, "the run did not pause"
+        page.wait_for_timeout(50)
+    page.wait_for_timeout(500)
+
+    route, answer = held[0]
+    route.fulfill(response=answer)  # the older list lands on top of the pushes
+
+    expect(page.get_by_text(WAITING)).to_be_visible()
+    expect(page.locator(".turn[data-status=waiting]")).to_have_count(1)
+    expect(page.locator("#chat-empty")).to_have_count(0)
+    assert still_same_document(page)

@@ -196,11 +196,64 @@
     syncTitle();
   }
 
+  // A re-read of the messages is the database as it was when the server read it. Whatever
+  // reaches the page while one is out (a push, applied or missing its target; another
+  // re-read asked for, which htmx drops once the list it queued on is swapped out) may be
+  // newer than its answer: the page reads once more after it lands, or it could stay
+  // behind for good (a pause shown as "running", no push to come). Once the new list has
+  // settled, that is: before, its triggers are not listening yet.
+  var reading = 0;
+  var again = false;
+  var readAfterSettle = null;
+
+  function readAgain() {
+    if (readAfterSettle) clearTimeout(readAfterSettle);
+    readAfterSettle = null;
+    document.body.dispatchEvent(new CustomEvent("resync"));
+  }
+
+  function isRead(event) {
+    var target = event.detail && event.detail.target;
+    return !!target && target.id === "messages";
+  }
+
+  function noteNews() {
+    if (reading) again = true;
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (isRead(event)) reading += 1;
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (!isRead(event)) return;
+    reading = Math.max(0, reading - 1);
+    if (reading || !again) return;
+    again = false;
+    // Without a swap (an error), at once; else after the settle, or in a second at most.
+    if (event.detail.successful) readAfterSettle = setTimeout(readAgain, 1000);
+    else setTimeout(readAgain, 0);
+  });
+  document.addEventListener("htmx:afterSettle", function (event) {
+    if (readAfterSettle && isRead(event)) readAgain();
+  });
+  document.addEventListener("htmx:wsAfterMessage", function (event) {
+    var message = event.detail && event.detail.message;
+    if (typeof message === "string" && message.indexOf("data-delta") < 0) noteNews();
+  });
+  document.addEventListener("htmx:oobErrorNoTarget", noteNews);
+  function listenForResync() {
+    document.body.addEventListener("resync", noteNews);
+  }
+
   document.addEventListener("htmx:afterSettle", refresh);
   document.addEventListener("htmx:wsAfterMessage", refresh);
   if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", refresh);
+    document.addEventListener("DOMContentLoaded", function () {
+      listenForResync();
+      refresh();
+    });
   } else {
+    listenForResync();
     refresh();
   }
 })();
