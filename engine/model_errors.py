@@ -29,6 +29,7 @@ from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError, ModelTimeout
 from django.conf import settings
 
 from common import secrets
+from engine.mcp import ServerUnavailable
 
 # The provider's message is kept whole up to this (a 400 can explain at length).
 MAX_DETAIL_CHARS = 2_000
@@ -106,6 +107,11 @@ def _first[E: BaseException](links: list[BaseException], *types: type[E]) -> E |
 
 
 def _classify(links: list[BaseException]) -> tuple[str, str]:
+    server = _first(links, ServerUnavailable)
+    if server is not None:
+        # Not the model's failure: an MCP server of the agent's did not start. Its reason names
+        # the server and what went wrong; nothing of the call it was needed for ran.
+        return "tool_server", str(server)
     status = _first(links, openai.APIStatusError)
     if status is not None:
         return _by_status(status)

@@ -37,6 +37,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from engine import mcp
+
 _cache: dict[str, Agent[Any]] = {}
 
 
@@ -569,6 +571,8 @@ def _import_agent(name: str, path: str) -> Agent[Any]:
             f"AGENTSITE_AGENTS[{name!r}] = {path!r} is a {type(agent).__name__}, "
             "not an agents.Agent."
         )
+    # Each run talks to MCP servers of its own (engine/mcp.py), never to the agent's.
+    mcp.install(walk(agent))
     return agent
 
 
@@ -600,15 +604,19 @@ def is_agent_as_tool(agent: Agent[Any], name: str) -> bool:
     return any(inner.name == name for current in walk(agent) for inner in agents_as_tools(current))
 
 
-def fingerprint(agent: Agent[Any]) -> str:
+def fingerprint(agent: Agent[Any], mcp_tools: Mapping[str, Any] | None = None) -> str:
     """A hash of what a saved run depends on: the agent graph, not its wording.
 
     It covers every agent reachable through handoffs and agents used as tools, their tools'
-    names, JSON schemas and approval settings. Instructions and models are left out: changing
-    a prompt must not strand the runs that wait for a reviewer, while changing a tool's
-    schema or whether it needs approval must.
+    names, JSON schemas and approval settings, the MCP servers each uses, and the tools those
+    of them that the run opened listed (`mcp_tools`, from `engine.mcp.listing`). Instructions
+    and models are left out: changing a prompt must not strand the runs that wait for a
+    reviewer, while changing a tool's schema or whether it needs approval must.
     """
-    graph = {current.name: _describe(current) for current in walk(agent)}
+    graph: dict[str, Any] = {current.name: _describe(current) for current in walk(agent)}
+    if mcp_tools:
+        # Under a key no agent has: an agent's name is never empty.
+        graph[""] = {"mcp_tools": dict(mcp_tools)}
     canonical = json.dumps(graph, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -645,4 +653,10 @@ def _describe(agent: Agent[Any]) -> dict[str, Any]:
         }
         for handoff in agent.handoffs
     ]
-    return {"tools": sorted(tools, key=lambda t: t["name"]), "handoffs": handoffs}
+    described: dict[str, Any] = {
+        "tools": sorted(tools, key=lambda t: t["name"]),
+        "handoffs": handoffs,
+    }
+    if agent.mcp_servers:  # only then: the fingerprints of runs saved before stay the same
+        described["mcp_servers"] = mcp.server_keys(agent)
+    return described

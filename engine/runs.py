@@ -73,17 +73,20 @@ from approvals.models import (
     ExpiryAction,
     RunStatus,
     ServerProcess,
+    ToolKind,
     arguments_hash,
 )
 from common import formatting
 from conversations.items import is_user_message, message_text, parse_arguments
 from conversations.models import Conversation
 from conversations.session import open_session, rewrite_items
+from engine import calls as paused_calls
 from engine import context as run_context
 from engine import (
     events,
     executor,
     heartbeat,
+    mcp,
     model_errors,
     permissions,
     policies,
@@ -315,7 +318,9 @@ async def execute(run_id: int) -> None:
     except Exception as exc:
         await _fail(run, f"The agent {run.agent_name!r} is not available: {exc}")
         return
-    await _drive(run, agent, run.input)
+    # The run's own MCP servers, opened as its agents need them, closed when it ends.
+    async with mcp.scope():
+        await _drive(run, agent, run.input)
 
 
 async def resume(run_id: int) -> None:
@@ -332,19 +337,20 @@ async def resume(run_id: int) -> None:
             "its run (a copy of it was written back?); nothing was executed.",
         )
         return
-    try:
-        agent = registry.get_agent(run.agent_name)
-        state, edits = await _restore(run, agent)
-        context = await _check_context(run)
-    except RunFailure as failure:
-        await _fail(run, str(failure))
-        return
-    except Exception as exc:
-        await _fail(run, f"The run could not be resumed: {exc}")
-        return
-    if edits:
-        await _edit_session_calls(run, edits)
-    await _drive(run, agent, state, context)
+    async with mcp.scope():
+        try:
+            agent = registry.get_agent(run.agent_name)
+            state, edits = await _restore(run, agent)
+            context = await _check_context(run)
+        except RunFailure as failure:
+            await _fail(run, str(failure))
+            return
+        except Exception as exc:
+            await _fail(run, f"The run could not be resumed: {exc}")
+            return
+        if edits:
+            await _edit_session_calls(run, edits)
+        await _drive(run, agent, state, context)
 
 
 @dataclass
@@ -440,7 +446,9 @@ async def _drive(
         await _end_stopped(run, session, stopper, result)
         return
     if result.interruptions:
-        outcome = await _final_write(run.pk, _Outcome(), _save_pause, run, agent, result)
+        # What the run's MCP servers listed, read here on the loop that opened them.
+        listed = mcp.listing()
+        outcome = await _final_write(run.pk, _Outcome(), _save_pause, run, agent, result, listed)
     else:
         outcome = await _final_write(run.pk, _Outcome(), _save_completion, run, result)
     await events.publish(outcome.events)
@@ -954,7 +962,12 @@ def _origin(item: ToolApprovalItem, starting_agent: Agent[Any]) -> str:
     return ApprovalOrigin.TOOL
 
 
-def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> _Outcome:
+def _save_pause(
+    run: AgentRun,
+    agent: Agent[Any],
+    result: RunResultStreaming,
+    mcp_tools: dict[str, Any] | None = None,
+) -> _Outcome:
     # The context as ids only (`engine/context.py`); anything else in it refuses to be saved.
     state = result.to_state().to_json(context_serializer=run_context.serialize, strict_context=True)
     run.trace_id = _trace_id(result) or run.trace_id
@@ -965,7 +978,7 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
         policies.call_for(
             item.agent.name if item.agent else agent.name,
             item.tool_name or "",
-            parse_arguments(item.arguments),
+            parse_arguments(paused_calls.arguments(item)),
             run.agent_name,
         )
         for item in interruptions
@@ -1009,6 +1022,10 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                 return outcome
             pause = locked.pause_count + 1
             state[STATE_BINDING] = {"run": run.pk, "pause": pause, "nonce": secrets.token_hex(16)}
+            if mcp_tools:
+                # The MCP servers the run opened: the resume opens them first, to hold their
+                # tools against this fingerprint.
+                state[STATE_BINDING]["mcp"] = sorted(mcp_tools)
             requests = [
                 ApprovalRequest.objects.create(
                     run=locked,
@@ -1016,9 +1033,11 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                     call_id=item.call_id or "",
                     agent_name=item.agent.name if item.agent else agent.name,
                     tool_name=item.tool_name or "",
-                    arguments=parse_arguments(item.arguments),
-                    arguments_hash=arguments_hash(item.arguments),
+                    arguments=parse_arguments(paused_calls.arguments(item)),
+                    arguments_hash=arguments_hash(paused_calls.arguments(item)),
                     origin=_origin(item, agent),
+                    kind=paused_calls.kind(item),
+                    server=paused_calls.server(item)[:200],
                     expires_at=expires_at,
                     verdict=verdict.as_json(),
                     on_expiry=expiry.action,
@@ -1043,7 +1062,7 @@ def _save_pause(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) ->
                 pause_count=pause,
                 sdk_version=SDK_VERSION,
                 state_schema_version=str(state.get("$schemaVersion", "")),
-                agent_fingerprint=registry.fingerprint(agent),
+                agent_fingerprint=registry.fingerprint(agent, mcp_tools),
                 trace_id=run.trace_id,
                 usage=_usage(result),
                 streamed_text="",
@@ -1354,10 +1373,15 @@ async def _restore(run: AgentRun, agent: Agent[Any]) -> tuple[RunState[Any], dic
             f"The saved state has schema version {version or '(none)'}, which this SDK "
             f"({SDK_VERSION}) cannot read; nothing was executed."
         )
-    if registry.fingerprint(agent) != run.agent_fingerprint:
+    servers = binding.get("mcp", []) if isinstance(binding, dict) else []
+    try:
+        await mcp.connect(registry.walk(agent), servers if isinstance(servers, list) else [])
+    except mcp.ServerUnavailable as unavailable:
+        raise RunFailure(f"{unavailable} Nothing was executed.") from unavailable
+    if registry.fingerprint(agent, mcp.listing()) != run.agent_fingerprint:
         raise RunFailure(
             "The agent changed since this run paused (its tools, their arguments or approval "
-            "settings differ); nothing was executed."
+            "settings differ, or those of its MCP servers); nothing was executed."
         )
     requests = await db_hop(_requests_with_decisions)(run)
     _refuse_injected_approvals(saved, requests)
@@ -1471,7 +1495,7 @@ def _apply_decisions(
         # An edited call was rewritten to the reviewer's arguments (`_with_edits`, which
         # checked the model's first): those must be what runs.
         runs_with = decision.edited_arguments_hash if decision.is_edit else request.arguments_hash
-        if len(seen) != 1 or arguments_hash(item.arguments) != runs_with:
+        if len(seen) != 1 or arguments_hash(paused_calls.arguments(item)) != runs_with:
             raise RunFailure(
                 f"The arguments of {request.tool_name} are not the ones the reviewer saw; "
                 "nothing was executed."
@@ -1860,6 +1884,11 @@ def _record_decision(
             .get(pk=current.run_id)
         )
         current.run = run
+        if responded and current.kind == ToolKind.HOSTED_MCP:
+            raise InvalidDecision(
+                "A hosted MCP server runs its tools itself: its call cannot be answered as the "
+                "tool. Approve or reject it."
+            )
         if (approve or responded) and needs_another_reviewer(current, reviewer):
             raise NeedsAnotherReviewer(
                 SELF_RESPONSE_REFUSED if responded else SELF_APPROVAL_REFUSED

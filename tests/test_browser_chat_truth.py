@@ -206,7 +206,6 @@ def test_words_that_arrive_before_their_runs_block_are_shown_when_it_comes(
     assert page.evaluate(DELTA_BEFORE_BLOCK) == "Order 44 has "
 
 
-
 def test_a_re_read_that_lands_after_pushes_does_not_take_the_page_back(
     live_site: Any, page: Any, alice: Any
 ) -> None:

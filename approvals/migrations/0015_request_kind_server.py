@@ -4,20 +4,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0014_faithful_json'),
+        ("approvals", "0014_faithful_json"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='approvalrequest',
-            name='kind',
-            field=models.CharField(choices=[('function', 'Function tool'), ('mcp', 'MCP server tool'), ('hosted_mcp', 'Hosted MCP tool'), ('shell', 'Shell command'), ('apply_patch', 'File patch'), ('other', 'Other tool')], default='function', help_text="The kind of tool the call is for (a function, an MCP server's, a shell…).", max_length=20),
+            model_name="approvalrequest",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("function", "Function tool"),
+                    ("mcp", "MCP server tool"),
+                    ("hosted_mcp", "Hosted MCP tool"),
+                    ("shell", "Shell command"),
+                    ("apply_patch", "File patch"),
+                    ("other", "Other tool"),
+                ],
+                default="function",
+                help_text="The kind of tool the call is for (a function, an MCP server's, a shell…).",
+                max_length=20,
+            ),
         ),
         migrations.AddField(
-            model_name='approvalrequest',
-            name='server',
-            field=models.CharField(blank=True, help_text="The MCP server the tool belongs to: a local server's name, a hosted server's label; blank for other tools.", max_length=200),
+            model_name="approvalrequest",
+            name="server",
+            field=models.CharField(
+                blank=True,
+                help_text="The MCP server the tool belongs to: a local server's name, a hosted server's label; blank for other tools.",
+                max_length=200,
+            ),
         ),
     ]
