@@ -6,9 +6,13 @@ agents run on OpenAI, on an OpenAI-compatible server, or on the offline demo mod
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from agents import Agent
+from agents.mcp import MCPServerStdio
+from django.conf import settings
 
 from engine.registry import review
 
@@ -41,6 +45,36 @@ billing: Agent[Any] = Agent(
     input_guardrails=[no_card_numbers],
 )
 
+# The warehouse is an MCP server (demo/warehouse.py), a process each run that needs it starts
+# over stdio and stops when it ends (engine/mcp.py). Restocking needs a person's approval.
+warehouse_server = MCPServerStdio(
+    params={
+        "command": sys.executable,
+        "args": ["-m", "demo.warehouse"],
+        "env": {
+            "AGENTSITE_WAREHOUSE_DATA": os.environ.get("AGENTSITE_WAREHOUSE_DATA")
+            or str(settings.BASE_DIR / ".demo" / "warehouse.json"),
+            "PATH": os.environ.get("PATH", ""),
+        },
+        "cwd": str(settings.BASE_DIR),
+    },
+    name="warehouse",
+    require_approval={"always": {"tool_names": ["restock"]}},
+    client_session_timeout_seconds=20,
+)
+
+warehouse: Agent[Any] = Agent(
+    name="Warehouse",
+    handoff_description="Checks the warehouse's stock of an item and orders restocks.",
+    instructions=(
+        "You look after the shop's warehouse: look up how many of an item it holds, and order "
+        "a restock when asked (a person approves every restock before it is ordered). Say "
+        "plainly what the warehouse replied. Customers' orders are the support desk's: hand "
+        "those back."
+    ),
+    mcp_servers=[warehouse_server],
+)
+
 support_desk: Agent[Any] = Agent(
     name="Support desk",
     instructions=(
@@ -70,10 +104,11 @@ support_desk: Agent[Any] = Agent(
             risk="low",  # it only reads; its own gated search asks a reviewer itself
         ),
     ],
-    handoffs=[billing],
+    handoffs=[billing, warehouse],
     input_guardrails=[no_card_numbers],
 )
 
 # Billing hands back what it cannot do ("I have a support desk question"): a conversation goes
 # on with the agent that answered last, so without this it would stay with Billing.
 billing.handoffs.append(support_desk)
+warehouse.handoffs.append(support_desk)

@@ -51,6 +51,8 @@ EXAMPLES: dict[str, str] = {
     "send_email": "email alice@example.com about my refund",
     "research": "research refund policy",
     "search_knowledge_base": "what is the refund policy",
+    "stock_level": "how many grinders are in stock",
+    "restock": "restock 5 grinders",
 }
 
 # What each tool does, for "I can ..." sentences.
@@ -61,6 +63,8 @@ ABILITIES: dict[str, str] = {
     "send_email": "email a customer",
     "research": "research the shop's policies",
     "search_knowledge_base": "search the knowledge base",
+    "stock_level": "check the warehouse's stock",
+    "restock": "order a restock",
 }
 
 # How a reply about a tool's result begins.
@@ -71,6 +75,8 @@ RESULT_LEADS: dict[str, str] = {
     "send_email": "The mail system replied",
     "research": "The researcher reported back",
     "search_knowledge_base": "From the knowledge base",
+    "stock_level": "The warehouse says",
+    "restock": "The warehouse replied",
 }
 
 # The SDK hands a reviewer's rejection message to the model verbatim (by default "Tool execution
@@ -79,6 +85,8 @@ REJECTION_MARKERS = re.compile(r"not approved|rejected|declined|denied", re.IGNO
 EMAIL_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 ORDER_NUMBER = re.compile(r"\border\s*(?:number|no\.?|#)?\s*#?\s*(\d+)\b|#(\d+)\b", re.IGNORECASE)
 MONEY = re.compile(r"\$?\s*(\d+(?:\.\d{1,2})?)")
+# The warehouse's items ("5 grinders", "a kettle"): what its MCP server stocks.
+WAREHOUSE_ITEM = re.compile(r"\b(grinder|kettle|mug|filter)s?\b", re.IGNORECASE)
 POLICY_QUESTION = re.compile(r"\bpolic(?:y|ies)\b|\bwarranty\b|\bhow long\b", re.IGNORECASE)
 MAX_QUOTE = 1200
 ORDER_TOOLS = {"lookup_order", "cancel_order", "issue_refund", "send_email"}
@@ -264,6 +272,10 @@ def _answer(text: str, tools: set[str], handoffs: Sequence[Handoff]) -> Reply:
         if number is None or not tools & ORDER_TOOLS:
             return ToolCall("search_knowledge_base", {"query": query})
 
+    warehouse = _warehouse_call(text, tools)
+    if warehouse is not None:
+        return warehouse
+
     address = EMAIL_ADDRESS.search(text)
     if re.search(r"\b(e-?mail|mail|write)\b", lowered) and address:
         if "send_email" not in tools:
@@ -298,6 +310,23 @@ def _answer(text: str, tools: set[str], handoffs: Sequence[Handoff]) -> Reply:
         return ToolCall("lookup_order", {"order_id": number})
 
     return Say(_introduction(tools, handoffs))
+
+
+def _warehouse_call(text: str, tools: set[str]) -> Reply | None:
+    """The warehouse's tools (its MCP server's), for an agent that has them: "restock 5
+    grinders", "how many mugs are in stock"."""
+    item = WAREHOUSE_ITEM.search(text)
+    if "restock" in tools and re.search(r"\brestock\b", text, re.IGNORECASE):
+        if item is None:
+            return Say("Which item should I restock? Say, for example, “restock 5 grinders”.")
+        quantity = re.search(r"\b(\d+)\b", text)
+        return ToolCall(
+            "restock",
+            {"sku": item.group(1).lower(), "quantity": int(quantity.group(1)) if quantity else 1},
+        )
+    if "stock_level" in tools and item is not None and re.search(r"\bstock\b", text, re.I):
+        return ToolCall("stock_level", {"sku": item.group(1).lower()})
+    return None
 
 
 def _order_number(text: str) -> int | None:

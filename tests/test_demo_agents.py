@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from openai.types.responses import ResponseTextDeltaEvent
 
 from demo import tools
-from demo.agents import billing, researcher, support_desk
+from demo.agents import billing, researcher, support_desk, warehouse
 from demo.models import Order, OrderEvent, SentEmail
 from demo.seed import seed_orders
 from engine import providers
@@ -445,8 +445,10 @@ def test_it_wires_the_demo_agents_together() -> None:
         "send_email",
         "research",
     ]
-    assert support_desk.handoffs == [billing]
+    assert support_desk.handoffs == [billing, warehouse]
     assert billing.handoffs == [support_desk]  # and back
+    assert warehouse.handoffs == [support_desk]
+    assert [server.name for server in warehouse.mcp_servers] == ["warehouse"]
     assert [tool.name for tool in billing.tools] == ["lookup_order", "issue_refund"]
     assert [tool.name for tool in researcher.tools] == ["search_knowledge_base"]
-    assert all(agent.model is None for agent in (support_desk, billing, researcher))
+    assert all(agent.model is None for agent in (support_desk, billing, researcher, warehouse))

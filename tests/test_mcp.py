@@ -155,7 +155,9 @@ def test_a_server_that_cannot_start_fails_the_run_with_its_reason(
     assert not ApprovalRequest.objects.filter(run=run).exists()
 
 
-def test_a_run_that_never_needs_the_server_starts_none(settings: Any, data: Path) -> None:
+def test_a_run_that_never_needs_the_server_starts_none(
+    settings: Any, submitted: list, data: Path
+) -> None:
     """The server of a handoff target starts only when that agent answers."""
     never = stdio_warehouse(data)
     target = Agent(name="Warehouse", model=ScriptedModel([DONE]), mcp_servers=[never])
@@ -218,3 +220,38 @@ def test_over_streamable_http_the_call_pauses_and_runs_once(
     assert len(restocks(data)) == 1
     (installed,) = registry.get_agent("scripted").mcp_servers
     assert isinstance(installed, mcp.RunServer) and installed.template is server
+
+
+def test_the_demos_warehouse_agent_restocks_through_its_mcp_server_after_approval(
+    submitted: list, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo as shipped: the support desk hands a warehouse question to Warehouse, whose
+    restock (an MCP tool of the stdio warehouse server) waits for a reviewer."""
+    from demo.agents import warehouse_server
+
+    assert warehouse_server.params.env is not None
+    monkeypatch.setitem(warehouse_server.params.env, "AGENTSITE_WAREHOUSE_DATA", str(data))
+    alice = make_user(username="alice")
+    conversation = make_conversation(owner=alice, agent_name="support")
+
+    first = executed(runs.start_run(conversation, "I have a warehouse question", alice))
+    assert first.status == RunStatus.COMPLETED, first.error
+    assert "restock 5 grinders" in first.final_output
+    conversation.refresh_from_db()
+    assert conversation.current_agent == "support/Warehouse"
+
+    run = executed(runs.start_run(conversation, "please restock 5 grinders", alice))
+    assert run.status == RunStatus.WAITING, run.error
+    request = ApprovalRequest.objects.get(run=run)
+    assert (request.kind, request.server, request.tool_name, request.arguments) == (
+        ToolKind.MCP,
+        "warehouse",
+        "restock",
+        {"sku": "grinder", "quantity": 5},
+    )
+
+    runs.decide(request, make_reviewer(), approve=True)
+    run = executed(run, "resume")
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert "Ordered 5 × grinder" in run.final_output
+    assert len(restocks(data)) == 1
