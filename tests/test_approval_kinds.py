@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from agents import Agent, ApplyPatchTool, HostedMCPTool, ShellTool
-from agents.testing import ModelStep, ScriptedModel, assistant_message
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from openai.types.responses import (
     Response,
     ResponseApplyPatchToolCall,
@@ -332,3 +332,43 @@ def test_a_patch_pauses_with_its_diff_and_runs_once_when_approved(
 
     assert run.status == RunStatus.COMPLETED, run.error
     assert recorder.patches == [("update", "app.py")]
+
+
+# --- an agent used as a tool, itself needing approval ----------------------------------------
+
+
+def test_an_agent_used_as_a_tool_with_needs_approval_pauses_and_runs_once(
+    settings: Any, submitted: list
+) -> None:
+    inner_model = ScriptedModel([[assistant_message("Refunds take 5 days.")]])
+    researcher = Agent(name="Researcher", model=inner_model)
+    outer_model = ScriptedModel(
+        [
+            [function_call("research", {"input": "refund delay"}, call_id="call_research_1")],
+            [assistant_message("They take 5 days.")],
+        ]
+    )
+    agent = Agent(
+        name="Front",
+        model=outer_model,
+        tools=[
+            researcher.as_tool(tool_name="research", tool_description="Ask", needs_approval=True)
+        ],
+    )
+    run = executed(start(settings, agent))
+
+    assert run.status == RunStatus.WAITING, run.error
+    (request,) = pending(run)
+    assert (request.kind, request.tool_name, request.arguments) == (
+        ToolKind.FUNCTION,
+        "research",
+        {"input": "refund delay"},
+    )
+    assert inner_model.calls == ()  # the sub-agent has not run
+
+    runs.decide(request, make_reviewer(), approve=True)
+    run = executed(run, "resume")
+
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.final_output == "They take 5 days."
+    assert len(inner_model.calls) == 1
