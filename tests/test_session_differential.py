@@ -28,6 +28,9 @@ UNICODE = [
     "Ωμέγα",
     "tab\tand\nnewline",
     '"quoted" \\ slash',
+    # What PostgreSQL's jsonb cannot hold, stored faithfully on both (agentsite/db/faithful.py).
+    "nul\x00byte",
+    "lone \udc80 low and \ud83d high surrogates",
 ]
 
 
