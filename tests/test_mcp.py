@@ -255,3 +255,58 @@ def test_the_demos_warehouse_agent_restocks_through_its_mcp_server_after_approva
     assert run.status == RunStatus.COMPLETED, run.error
     assert "Ordered 5 × grinder" in run.final_output
     assert len(restocks(data)) == 1
+
+
+def warehouse_processes(data: Path) -> list[int]:
+    """The processes serving this test's warehouse (its data file is in their environment)."""
+    found = []
+    marker = f"AGENTSITE_WAREHOUSE_DATA={data}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def test_runs_at_once_each_get_a_server_of_their_own_and_leave_none_running(
+    settings: Any, submitted: list, data: Path
+) -> None:
+    server = stdio_warehouse(data)
+    model = ScriptedModel(
+        [
+            [function_call("restock", {"sku": "mug", "quantity": 1}, call_id="call_a")],
+            [function_call("restock", {"sku": "kettle", "quantity": 2}, call_id="call_b")],
+        ]
+    )
+    scripted.install(settings, Agent(name="Warehouse", model=model, mcp_servers=[server]))
+    alice = make_user(username="alice")
+    first, second = (
+        runs.start_run(make_conversation(owner=alice, agent_name="scripted"), text, alice)
+        for text in ("restock a mug", "restock 2 kettles")
+    )
+    seen: list[list[int]] = []
+
+    async def both() -> None:
+        async def watch() -> None:
+            while True:
+                seen.append(warehouse_processes(data))
+                await asyncio.sleep(0.02)
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.gather(runs.execute(first.pk), runs.execute(second.pk))
+        watcher.cancel()
+
+    asyncio.run(both())
+
+    for run in (first, second):
+        run.refresh_from_db()
+        assert run.status == RunStatus.WAITING, run.error
+    assert max(len(pids) for pids in seen) == 2  # one server process for each run
+    assert warehouse_processes(data) == []  # both cleaned up with their runs
+    requests = ApprovalRequest.objects.filter(run__in=[first, second]).order_by("pk")
+    assert sorted(r.arguments["sku"] for r in requests) == ["kettle", "mug"]
