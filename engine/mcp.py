@@ -183,7 +183,7 @@ class _Worker:
             # Never left half open: the SDK's connect cleans up what it started.
             self.ready.set_exception(
                 ServerUnavailable(
-                    f"The MCP server {self.server.name!r} could not be started: {_reason(exc)}"
+                    f"The MCP server {self.server.name!r} could not be started ({_reason(exc)})."
                 )
             )
             if not isinstance(exc, Exception):
