@@ -310,3 +310,17 @@ def test_runs_at_once_each_get_a_server_of_their_own_and_leave_none_running(
     assert warehouse_processes(data) == []  # both cleaned up with their runs
     requests = ApprovalRequest.objects.filter(run__in=[first, second]).order_by("pk")
     assert sorted(r.arguments["sku"] for r in requests) == ["kettle", "mug"]
+
+
+def test_always_approves_the_same_mcp_tool_for_the_rest_of_the_run(
+    settings: Any, submitted: list, data: Path
+) -> None:
+    again = [function_call("restock", {"sku": "mug", "quantity": 3}, call_id="call_restock_2")]
+    agent = warehouse_agent(stdio_warehouse(data), RESTOCK, again, DONE)
+    run = executed(start(settings, agent))
+    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), approve=True, always=True)
+    run = executed(run, "resume")
+
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert ApprovalRequest.objects.filter(run=run).count() == 1  # the second asked nobody
+    assert [call["arguments"]["sku"] for call in restocks(data)] == ["grinder", "mug"]
