@@ -241,3 +241,36 @@ def test_a_re_read_that_lands_after_pushes_does_not_take_the_page_back(
     expect(page.locator(".turn[data-status=waiting]")).to_have_count(1)
     expect(page.locator("#chat-empty")).to_have_count(0)
     assert still_same_document(page)
+
+
+def test_a_re_read_that_lands_after_a_rating_does_not_undo_it(
+    live_site: Any, page: Any, alice: Any
+) -> None:
+    """A re-read answered before the page posted a rating, landing after the rating's answer,
+    must not show the old rating: the page reads again (CI once saw the rating undone)."""
+    open_new_chat(page, live_site)
+    say(page, "where is order 44")
+    helpful = page.get_by_role("button", name="Helpful", exact=True)
+    expect(helpful).to_have_attribute("aria-pressed", "false")
+    held: list[tuple[Any, Any]] = []
+
+    def hold_the_first(route: Any) -> None:
+        if held:
+            route.continue_()
+            return
+        held.append((route, route.fetch()))
+
+    page.route(re.compile(r"/history/$"), hold_the_first)
+    page.evaluate("document.body.dispatchEvent(new CustomEvent('resync'))")
+    while not held:
+        page.wait_for_timeout(20)
+    helpful.click()
+    expect(helpful).to_have_attribute("aria-pressed", "true")
+
+    route, answer = held[0]
+    route.fulfill(response=answer)  # read before the rating, with none
+
+    expect(page.locator("#messages.htmx-request")).to_have_count(0)
+    page.wait_for_timeout(300)
+    expect(helpful).to_have_attribute("aria-pressed", "true")
+    assert still_same_document(page)

@@ -197,9 +197,9 @@
   }
 
   // A re-read of the messages is the database as it was when the server read it. Whatever
-  // reaches the page while one is out (a push, applied or missing its target; another
-  // re-read asked for, which htmx drops once the list it queued on is swapped out) may be
-  // newer than its answer: the page reads once more after it lands, or it could stay
+  // reaches the page while one is out (a push, applied or missing its target; the answer to
+  // something the page posted; another re-read asked for, which htmx drops once the list it
+  // queued on is swapped out) may be newer than its answer: the page reads once more after it lands, or it could stay
   // behind for good (a pause shown as "running", no push to come). Once the new list has
   // settled, that is: before, its triggers are not listening yet.
   var reading = 0;
@@ -225,7 +225,13 @@
     if (isRead(event)) reading += 1;
   });
   document.addEventListener("htmx:afterRequest", function (event) {
-    if (!isRead(event)) return;
+    if (!isRead(event)) {
+      // Something this page changed (a rating, a stop, a withdraw): a read that went out
+      // before it may land after its answer, with the old state.
+      var verb = event.detail.requestConfig && event.detail.requestConfig.verb;
+      if (verb && verb !== "get") noteNews();
+      return;
+    }
     reading = Math.max(0, reading - 1);
     if (reading || !again) return;
     again = false;
