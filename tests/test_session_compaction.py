@@ -224,21 +224,28 @@ async def test_a_partial_history_is_not_compacted_by_previous_response_id() -> N
     assert len(await backend.get_items()) == 6
 
 
-async def test_an_append_waits_for_the_replacement_transaction(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    backend = DjangoSession("locked")
-    await backend.add_items([user("asked"), assistant("answered")])
+def hold_the_replacement(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, ...]:
+    """Compaction's replacement stops inside its transaction, the suffix deleted and the
+    summary not yet written, until `release` is set; `inside` says it got there."""
     inside, release = threading.Event(), threading.Event()
     insert = session_module._insert_items
 
     def held_insert(cursor: Any, conversation_pk: int, items: Any, now: Any) -> None:
         if items and items[0].get("type") == "compaction":
-            inside.set()  # the suffix is deleted, the summary not yet written
+            inside.set()
             assert release.wait(10)
         insert(cursor, conversation_pk, items, now)
 
     monkeypatch.setattr(session_module, "_insert_items", held_insert)
+    return inside, release
+
+
+async def test_an_append_waits_for_the_replacement_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend = DjangoSession("locked")
+    await backend.add_items([user("asked"), assistant("answered")])
+    inside, release = hold_the_replacement(monkeypatch)
     snapshot = await backend._get_compaction_snapshot(10)
     assert snapshot is not None and snapshot.complete
     replacing = asyncio.ensure_future(snapshot.replace_suffix(0, [cast(Any, SUMMARY)]))
@@ -246,13 +253,37 @@ async def test_an_append_waits_for_the_replacement_transaction(
         assert await asyncio.to_thread(inside.wait, 10)
         appending = asyncio.create_task(DjangoSession("locked").add_items([user("newer")]))
         await asyncio.sleep(0.3)
-        # The append queues on the conversation's lock (PostgreSQL) or the write lock (SQLite).
+        # It queues on the conversation's row lock (PostgreSQL), the write lock (SQLite).
         assert not appending.done()
     finally:
         release.set()
     assert await replacing is True
     await appending
     assert await backend.get_items() == [SUMMARY, user("newer")]
+
+
+async def test_a_cancelled_turn_settles_its_replacement_before_a_newer_append(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    history = [user(str(i)) for i in range(4)]
+    backend = DjangoSession("cancel")
+    await backend.add_items(history)
+    inside, release = hold_the_replacement(monkeypatch)
+    session = compacting(backend, FakeCompactionClient())
+    turn = asyncio.create_task(run_turn(session, limit=1))
+    try:
+        assert await asyncio.to_thread(inside.wait, 10)
+        turn.cancel()
+        appending = asyncio.create_task(session.add_items([user("newer")]))
+        await asyncio.sleep(0.1)
+        assert not appending.done()  # the compaction session's own lock
+    finally:
+        release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    await appending
+    # The transaction committed whole, then the append: nothing lost, nothing out of order.
+    assert await backend.get_items() == [*history[:3], SUMMARY, user("newer")]
 
 
 async def test_without_the_hook_the_sdk_would_lose_the_append(
