@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from agents.extensions.memory.encrypt_session import EncryptedSession, _is_encrypted_envelope
 from agents.items import TResponseInputItem
-from agents.memory.session import SessionABC, _await_mutation
+from agents.memory.session import SessionABC, _await_mutation, _CompactionSnapshot
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
@@ -151,21 +151,14 @@ class DjangoSession(SessionABC):
                     sql.touch_by_pk, [now, self._conversation_pk, self.session_id]
                 )
                 if touched.rowcount == 1:
-                    cursor.executemany(
-                        sql.insert_item,
-                        [(self._conversation_pk, text, now) for text in _texts(items)],
-                    )
+                    _insert_items(cursor, self._conversation_pk, items, now)
                     return
             # Deleted meanwhile (nothing was written): the general path recreates it.
         with transaction.atomic(), connection.cursor() as cursor:
             now = connection.ops.adapt_datetimefield_value(timezone.now())
             conversation_pk = self._lock_conversation(cursor, now, create=True)
             assert conversation_pk is not None
-            # One executemany, as SQLiteSession does; bulk_create's per-field preparation
-            # cost more than the inserts themselves.
-            cursor.executemany(
-                sql.insert_item, [(conversation_pk, text, now) for text in _texts(items)]
-            )
+            _insert_items(cursor, conversation_pk, items, now)
 
     def _pop_sync(
         self, validate: Callable[[TResponseInputItem], None] | None
@@ -213,6 +206,133 @@ class DjangoSession(SessionABC):
             if conversation_pk is not None:
                 SessionItem.objects.filter(conversation_id=conversation_pk).delete()
 
+    # --- compaction: the SDK's hook for OpenAIResponsesCompactionSession --------------------
+
+    async def _get_compaction_snapshot(
+        self,
+        limit: int,
+        *,
+        prune_prefix: Callable[[TResponseInputItem], bool] | None = None,
+    ) -> _CompactionSnapshot | None:
+        """The SDK's hook for atomic compaction, answered as its `SQLiteSession` answers it:
+        the newest `limit` items, whether nothing older exists, and `replace_suffix(start,
+        output)`, which replaces the items from `start` on with `output` in one transaction,
+        or changes nothing and returns False when the newest rows are no longer those read
+        (an append, a pop or a rewrite came in between). Without it the SDK clears the
+        history and writes it again, losing whatever was written meanwhile.
+
+        A row that cannot be decoded is never in the snapshot, so never replaced: the snapshot
+        starts after the newest such row, and is then incomplete (the SDK compacts that suffix
+        in input mode only, from a user message on). `prune_prefix` (the SDK's
+        `EncryptedSession` passes "expired") deletes the oldest rows in the same transaction
+        for as long as it holds for them; an unreadable row stops it too.
+        """
+        if type(self) is not DjangoSession or limit < 1:
+            # A subclass that changes items on their way must bring its own, as in the SDK.
+            return None
+        rows, items, complete = await db_thread(self._compaction_read_sync)(limit)
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            expected = rows[start:]
+            if not expected:
+                return False
+            replace = db_thread(self._compaction_replace_sync)
+            return await _await_mutation(replace(expected, list(output), limit, prune_prefix))
+
+        return _CompactionSnapshot(items, complete, replace_suffix)
+
+    def _compaction_read_sync(
+        self, limit: int
+    ) -> tuple[list[tuple[Any, ...]], list[TResponseInputItem], bool]:
+        # One row more than asked tells whether anything older exists.
+        fetched = self._session_rows(statements().compaction_rows, limit + 1)
+        complete = len(fetched) <= limit
+        rows: list[tuple[Any, ...]] = []
+        items: list[TResponseInputItem] = []
+        unreadable = []
+        for row in reversed(fetched[:limit]):
+            try:
+                item = _decoded(row[1])
+            except (ValueError, TypeError):
+                # It and everything older stay out of the replacement's reach.
+                unreadable.append(row[0])
+                rows.clear()
+                items.clear()
+                complete = False
+                continue
+            rows.append(row)
+            items.append(item)
+        if unreadable:
+            logger.warning(
+                "Session %s: compaction leaves alone %d row(s) it cannot read (ids %s) and "
+                "everything older.",
+                self.session_id,
+                len(unreadable),
+                ", ".join(map(str, unreadable)),
+            )
+        return rows, items, complete
+
+    def _compaction_replace_sync(
+        self,
+        expected: list[tuple[Any, ...]],
+        output: list[TResponseInputItem],
+        batch: int,
+        prune_prefix: Callable[[TResponseInputItem], bool] | None,
+    ) -> bool:
+        sql = statements()
+        with transaction.atomic(), connection.cursor() as cursor:
+            now = connection.ops.adapt_datetimefield_value(timezone.now())
+            # Under the conversation's lock no append, pop or rewrite can come in between.
+            conversation_pk = self._lock_conversation(cursor, now, create=False)
+            current = (
+                self._session_rows(sql.compaction_rows, len(expected), cursor=cursor)
+                if conversation_pk is not None
+                else []
+            )
+            if current[::-1] != expected:
+                transaction.set_rollback(True)  # not even the touch of `updated`
+                return False
+            assert conversation_pk is not None
+            first = expected[0][0]
+            if prune_prefix is not None:
+                self._prune_prefix_sync(cursor, first, batch, prune_prefix)
+            self._session_rows(sql.compaction_delete_from, first, cursor=cursor)
+            _insert_items(cursor, conversation_pk, output, now)
+            return True
+
+    def _prune_prefix_sync(
+        self, cursor: Any, before: int, batch: int, prune: Callable[[TResponseInputItem], bool]
+    ) -> None:
+        """Delete the oldest rows (older than `before`) for as long as `prune` holds for them,
+        `batch` at a time, as the SDK's stores do; a row that cannot be read stops it."""
+        sql = statements()
+        while True:
+            prefix = self._session_rows(sql.compaction_prefix, before, batch, cursor=cursor)
+            last = None
+            for row_id, value in prefix:
+                try:
+                    item = _decoded(value)
+                except (ValueError, TypeError):
+                    break
+                if not prune(item):
+                    break
+                last = row_id
+            if last is None:
+                return
+            self._session_rows(sql.compaction_delete_through, last, cursor=cursor)
+            if last != prefix[-1][0] or len(prefix) < batch:
+                return
+
+    def _session_rows(self, sql: str, *params: Any, cursor: Any = None) -> list[tuple[Any, ...]]:
+        """Run one of the statements on this session's rows (those `of_session` picks, in
+        conversations/sql.py), the parameters that pick them first; the rows it returns (none
+        for a DELETE). Without `cursor`, a read on its own."""
+        picked = [self.session_id, *params]
+        if cursor is None:
+            return [tuple(row) for row in _fetch(sql, picked)]
+        cursor.execute(sql, picked)
+        return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+
     def _lock_conversation(self, cursor: Any, now: Any, *, create: bool) -> int | None:
         """Lock this conversation's row for the rest of the transaction and return its pk.
 
@@ -239,6 +359,26 @@ class DjangoSession(SessionABC):
             assert row is not None and row[0] == conversation.pk
         self._conversation_pk = row[0] if row is not None else None
         return self._conversation_pk
+
+
+def _insert_items(
+    cursor: Any, conversation_pk: int, items: list[TResponseInputItem], now: Any
+) -> None:
+    """The one way items become rows (`add_items`, compaction): one executemany, as
+    SQLiteSession does (bulk_create's per-field preparation cost more than the inserts),
+    of faithful JSON text, a batch holding NaN refused whole before anything is written."""
+    cursor.executemany(
+        statements().insert_item, [(conversation_pk, text, now) for text in _texts(items)]
+    )
+
+
+def _decoded(value: Any) -> TResponseInputItem:
+    """A payload read by plain SQL (JSON text, or already parsed) as the item it holds;
+    ValueError or TypeError when it cannot be read."""
+    return cast(
+        TResponseInputItem,
+        faithful.decode(json.loads(value) if isinstance(value, (str, bytes)) else value),
+    )
 
 
 def _texts(items: list[TResponseInputItem]) -> list[str]:

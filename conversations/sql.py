@@ -5,7 +5,11 @@ Why plain SQL: the session store is the SDK's `Session` on our tables and answer
 turn (the history read before each model call, the items added after it). The ORM's own work
 cost about 20 times these queries, and the goal is to be as fast as the SDK's
 `SQLiteSession`: the "session store" rows of docs/benchmarks.md (goal ≤ 1.0×), and
-"turn overhead: one turn, one tool call" (goal ≤ 1.5× the bare SDK).
+"turn overhead: one turn, one tool call" (goal ≤ 1.5× the bare SDK). Compaction's statements
+(`compaction_*`) are plain SQL because they are the adapter, as `SQLiteSession`'s own snapshot
+is: they read payloads as stored, so that a row that cannot be decoded is seen, never deleted.
+
+Every statement on a session's rows picks them with `of_session` (its parameters first).
 """
 
 from __future__ import annotations
@@ -35,6 +39,16 @@ class Statements:
     # Params: updated, session id; returns the pk: the same lock, found by session id (the
     # first write of a session; a pop on PostgreSQL) (session store: "add_items", "pop_item()").
     touch_by_session: str
+    # Params: session id, limit. The newest `limit` rows as (id, payload), newest first: what
+    # compaction reads, and reads again under the lock before it replaces them.
+    compaction_rows: str
+    # Params: session id, id, limit. The oldest `limit` rows older than `id`, as (id, payload),
+    # oldest first: the expired prefix the encrypted session asks compaction to prune.
+    compaction_prefix: str
+    # Params: session id, id. Deletes the rows older than or at `id` (the pruned prefix).
+    compaction_delete_through: str
+    # Params: session id, id. Deletes the rows from `id` on (the replaced suffix).
+    compaction_delete_from: str
 
 
 @per_vendor
@@ -71,4 +85,14 @@ def statements() -> Statements:
             f"UPDATE {conversations} SET {updated} = %s WHERE {session_id} = %s "
             f"RETURNING {conversation_id}"
         ),
+        compaction_rows=(
+            f"SELECT {item_id}, {payload} FROM {items} WHERE {of_session} "
+            f"ORDER BY {item_id} DESC LIMIT %s"
+        ),
+        compaction_prefix=(
+            f"SELECT {item_id}, {payload} FROM {items} WHERE {of_session} AND {item_id} < %s "
+            f"ORDER BY {item_id} LIMIT %s"
+        ),
+        compaction_delete_through=f"DELETE FROM {items} WHERE {of_session} AND {item_id} <= %s",
+        compaction_delete_from=f"DELETE FROM {items} WHERE {of_session} AND {item_id} >= %s",
     )
