@@ -380,6 +380,15 @@ def decide(request: HttpRequest, request_id: Id, body: schemas.DecisionIn) -> di
         raise ApiError(422, "`response` goes with respond only.", "invalid")
     if action != "reject" and (body.message or body.note):
         raise ApiError(422, "`message` and `note` go with reject only.", "invalid")
+    if action == "approve_edited" and not approval.can_be_edited:
+        # As the inbox offers no edit for it: only a function tool's call is checked against
+        # its tool's JSON schema (an MCP server's tool is not the agent's, whatever its name).
+        raise ApiError(
+            422,
+            "Only a function tool's arguments can be edited, and this call is for a tool of "
+            f"another kind ({approval.get_kind_display()}): approve or reject it as it is.",
+            "invalid_decision",
+        )
     try:
         decision = runs.decide(
             approval,

@@ -61,6 +61,8 @@ class PatchView:
     removed: int
     # Lines of the diff not in `lines` (past MAX_DIFF_LINES).
     cut: int = 0
+    # Where an update moves the file to ("" when it stays where it is).
+    move_to: str = ""
 
     @property
     def verb(self) -> str:
@@ -178,4 +180,5 @@ def patch_view(arguments: Any) -> PatchView | None:
         added=sum(1 for line in lines if line.kind == "add"),
         removed=sum(1 for line in lines if line.kind == "del"),
         cut=max(len(lines) - MAX_DIFF_LINES, 0),
+        move_to=move_to if isinstance(move_to := arguments.get("move_to"), str) else "",
     )

@@ -533,7 +533,9 @@ class ApprovalRequest(models.Model):
         if self.kind == ToolKind.APPLY_PATCH:
             target = patch_target(self.arguments)
             if target is not None:
-                return f"{self.tool_name}: {PATCH_VERBS[target[0]]} {target[1]}"
+                move_to = self.arguments.get("move_to")
+                moved = f" → {move_to}" if isinstance(move_to, str) and move_to else ""
+                return f"{self.tool_name}: {PATCH_VERBS[target[0]]} {target[1]}{moved}"
         return items.format_call(self.tool_name, self.arguments)
 
 

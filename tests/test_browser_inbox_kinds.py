@@ -180,6 +180,7 @@ def test_rita_reads_and_decides_a_shell_command_a_patch_and_a_hosted_mcp_call(
     expect(page).to_have_title("(3) ask_question · hosted MCP server deepwiki · Inbox · agentsite")
     expect(page.locator("[data-not-answerable]")).to_be_visible()
     expect(page.locator("fieldset.respond")).to_have_count(0)
+    page.screenshot(path=str(tmp_path / "inbox-hosted.png"), full_page=True)
 
     # Reject the shell command, with a message.
     page.goto(f"{site.url}/inbox/{made['shell'].pk}/")

@@ -5,12 +5,15 @@ views and the API like any other."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import typing
 from typing import Any
 
 import pytest
+from agents import Agent, ApplyPatchTool
+from agents.testing import ScriptedModel, assistant_message
 from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
@@ -18,8 +21,17 @@ from django.utils.html import escape
 from api.models import ApiToken, Scope
 from api.schemas import ToolKindName
 from approvals import kinds
-from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, ToolKind
+from approvals.models import (
+    AgentRun,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalStatus,
+    RunStatus,
+    ToolKind,
+)
 from conversations.rendering import call_for, plain_call
+from engine import runs
+from tests import scripted, test_mcp
 from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
 from tests.test_inbox import XSS
 
@@ -256,8 +268,6 @@ def test_bulk_confirmation_and_history_show_the_server_and_the_call(
     assert '<tr class="diff-line diff-add">' in confirm
     assert XSS not in confirm
 
-    from engine import runs
-
     for name in ("mcp", "hosted", "shell", "patch", "delete"):
         runs.decide(each_kind[name], rita, name != "shell", message="no")
     history = text(client.get(reverse("inbox_history")))
@@ -400,6 +410,26 @@ def test_the_api_gives_kind_and_server_and_decides_each_kind(
     assert refused.json()["code"] == "invalid_decision"
     assert "hosted MCP server runs its tools itself" in refused.json()["detail"]
 
+    # An MCP tool named like the agent's function tool: no edit, whatever the engine's lookup
+    # by name would find.
+    edited = api(
+        client,
+        secret,
+        f"/requests/{each_kind['mcp'].pk}/decide",
+        {
+            "action": "approve_edited",
+            "seen_hash": each_kind["mcp"].arguments_hash,
+            "arguments": {"order_id": 43},
+        },
+    )
+    assert edited.status_code == 422
+    assert edited.json() == {
+        "detail": "Only a function tool's arguments can be edited, and this call is for a "
+        "tool of another kind (MCP server tool): approve or reject it as it is.",
+        "code": "invalid_decision",
+    }
+    assert each_kind["mcp"].decisions.count() == 0
+
     for name, action in (
         ("hosted", "approve"),
         ("shell", "reject"),
@@ -468,3 +498,96 @@ def test_the_chat_shows_the_waiting_words_escaped(each_kind: dict[str, ApprovalR
     page = client.get(f"/chats/{conversation.session_id}/").text
     assert f"A person will confirm: run a command: echo {ESCAPED_XSS}</p>" in page
     assert XSS not in page
+
+
+# --- real pauses: what the engine records is what the pages read ----------------------------
+
+
+class Editor:
+    """An apply_patch editor that records what it was asked to do."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[str, str, str | None]] = []
+
+    def create_file(self, operation: Any) -> str:
+        self.done.append(("create", operation.path, operation.diff))
+        return "created"
+
+    def update_file(self, operation: Any) -> str:
+        self.done.append(("update", operation.path, operation.diff))
+        return "updated"
+
+    def delete_file(self, operation: Any) -> str:
+        self.done.append(("delete", operation.path, operation.diff))
+        return "deleted"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_a_paused_patch_is_shown_as_a_diff_and_applied_once_approved(settings: Any) -> None:
+    editor = Editor()
+    call = {
+        "type": "apply_patch_call",
+        "call_id": "call_patch_1",
+        "operation": {"type": "update_file", "path": "src/app.py", "diff": UPDATE["diff"]},
+    }
+    model = ScriptedModel([[call], [assistant_message("Patched.")]])
+    tool = ApplyPatchTool(editor=editor, needs_approval=True)
+    name = scripted.install(settings, Agent(name="Coder", model=model, tools=[tool]))
+    alice = make_user(username="alice")
+    conversation = make_conversation(owner=alice, agent_name=name)
+    run = runs.start_run(conversation, "fix it", alice)
+    asyncio.run(runs.execute(run.pk))
+    request = ApprovalRequest.objects.get(run=run)
+    assert (request.kind, request.tool_name, request.server) == ("apply_patch", "apply_patch", "")
+
+    rita = make_reviewer()
+    client = Client()
+    client.force_login(rita)
+    row = row_of(text(client.get(reverse("inbox"))), request)
+    assert '<td class="diff-sign">-</td><td class="diff-text">old = 1</td>' in row
+    assert f'<td class="diff-text"># {ESCAPED_XSS}</td>' in row
+    assert "Edit, then approve" not in row
+    waiting = Client()
+    waiting.force_login(alice)
+    chat = waiting.get(f"/chats/{conversation.session_id}/").text
+    assert "A person will confirm: change the file src/app.py</p>" in chat
+
+    data = {"action": "approve", "seen_hash": request.arguments_hash}
+    client.post(reverse("inbox_decide", args=[request.pk]), data)
+    asyncio.run(runs.resume(run.pk))
+
+    assert AgentRun.objects.get(pk=run.pk).status == RunStatus.COMPLETED
+    assert editor.done == [("update", "src/app.py", UPDATE["diff"])]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_a_paused_mcp_call_names_its_server_and_a_rejection_never_reaches_it(
+    settings: Any, tmp_path: Any
+) -> None:
+    data = tmp_path / "warehouse.json"
+    agent = test_mcp.warehouse_agent(
+        test_mcp.stdio_warehouse(data), test_mcp.RESTOCK, test_mcp.DONE
+    )
+    run = test_mcp.executed(test_mcp.start(settings, agent))
+    request = ApprovalRequest.objects.get(run=run)
+    rita = make_reviewer()
+    client = Client()
+    client.force_login(rita)
+
+    row = row_of(text(client.get(reverse("inbox"))), request)
+    assert ">restock</a>" in row and " · MCP server warehouse</span>" in row
+    assert "Edit, then approve" not in row and "Respond as the tool" in row
+    page = text(client.get(reverse("inbox_request", args=[request.pk])))
+    assert "<title>restock · MCP server warehouse · Inbox · agentsite</title>" in page
+    assert call_for(request).plain == "use restock on warehouse (sku grinder, quantity 5)"
+
+    data_ = {"action": "reject", "seen_hash": request.arguments_hash, "message": "Not today."}
+    response = client.post(reverse("inbox_decide", args=[request.pk]), data_, follow=True)
+    assert "Rejected restock(sku=&quot;grinder&quot;, quantity=5) · MCP server warehouse." in (
+        text(response)
+    )
+    run = test_mcp.executed(run, "resume")
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert test_mcp.restocks(data) == []
