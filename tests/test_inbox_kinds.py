@@ -20,7 +20,7 @@ from django.utils.html import escape
 
 from api.models import ApiToken, Scope
 from api.schemas import ToolKindName
-from approvals import kinds
+from approvals import explain, kinds
 from approvals.models import (
     AgentRun,
     ApprovalDecision,
@@ -275,8 +275,11 @@ def test_bulk_confirmation_and_history_show_the_server_and_the_call(
         "cancel_order(sku=&quot;grinder&quot;, quantity=5)</a>"
         '<span class="tool-server" data-server="warehouse"> · MCP server warehouse</span>'
     ) in history
-    # A long call is cut to fit; its server never is.
-    assert "ask_question(repoName=&quot;openai/openai-agents-python&quot;, question=" in history
+    # A long call is cut to fit; its server never is. (Its arguments in the order stored:
+    # PostgreSQL's jsonb keeps its own.)
+    assert "ask_question(repoName=&quot;openai/" in history or (
+        "ask_question(question=&quot;&lt;script&gt;" in history
+    )
     assert (
         '…</a><span class="tool-server" data-server="deepwiki"> · hosted MCP server deepwiki'
         in history
@@ -591,3 +594,86 @@ def test_a_paused_mcp_call_names_its_server_and_a_rejection_never_reaches_it(
     run = test_mcp.executed(run, "resume")
     assert run.status == RunStatus.COMPLETED, run.error
     assert test_mcp.restocks(data) == []
+
+
+# --- reading shell calls and diffs ----------------------------------------------------------
+
+
+def kinds_of(diff: str, operation: str = "update_file") -> list[tuple[str, str, Any, Any]]:
+    return [(d.kind, d.text, d.old, d.new) for d in kinds.diff_lines(diff, operation)]
+
+
+def test_a_diff_is_read_line_by_line_whatever_its_dialect() -> None:
+    # A unified diff: its file headers, numbered hunks, a removed "-- comment" line (SQL),
+    # the no-newline marker, CRLF line ends.
+    unified = (
+        "--- a/q.sql\r\n+++ b/q.sql\r\n@@ -3,2 +3,2 @@\r\n--- old comment\r\n"
+        "+-- new comment\r\n select 1;\r\n\\ No newline at end of file\r\n"
+    )
+    assert kinds_of(unified) == [
+        ("meta", "--- a/q.sql", None, None),
+        ("meta", "+++ b/q.sql", None, None),
+        ("hunk", "@@ -3,2 +3,2 @@", None, None),
+        ("del", "-- old comment", 3, None),
+        ("add", "-- new comment", None, 3),
+        ("context", "select 1;", 4, 4),
+        ("meta", "\\ No newline at end of file", None, None),
+    ]
+    # The SDK's V4A: anchors say no line number, so none is shown; "*** End of File".
+    v4a = "@@ def total():\n-    return a\n+    return a + b\n\n*** End of File\n"
+    assert kinds_of(v4a) == [
+        ("hunk", "@@ def total():", None, None),
+        ("del", "    return a", None, None),
+        ("add", "    return a + b", None, None),
+        ("context", "", None, None),
+        ("meta", "*** End of File", None, None),
+    ]
+    # Without a hunk, "--- x" then "+++ y" in a new file are lines of it, not headers.
+    assert kinds_of("+--- x\n++++ y\n", "create_file") == [
+        ("add", "--- x", None, 1),
+        ("add", "+++ y", None, 2),
+    ]
+    view = kinds.patch_view({"type": "update_file", "path": "a", "diff": v4a})
+    assert view is not None and not view.numbered and (view.added, view.removed) == (1, 1)
+    assert kinds.patch_view({"type": "rename_file", "path": "a"}) is None
+    assert kinds.patch_view({"type": "update_file", "path": ""}) is None
+    moved = kinds.patch_view({"type": "update_file", "path": "a.py", "move_to": "b.py"})
+    assert moved is not None and moved.move_to == "b.py" and moved.lines == []
+
+
+def test_a_huge_diff_is_cut_on_the_page_and_counted_whole() -> None:
+    diff = "".join(f"+line {n}\n" for n in range(kinds.MAX_DIFF_LINES + 5))
+    view = kinds.patch_view({"type": "create_file", "path": "big", "diff": diff})
+    assert view is not None
+    assert len(view.lines) == kinds.MAX_DIFF_LINES and view.cut == 5
+    assert view.added == kinds.MAX_DIFF_LINES + 5
+    assert view.beyond_preview == kinds.MAX_DIFF_LINES + 5 - kinds.PREVIEW_LINES
+
+
+def test_a_shell_call_is_read_from_either_action() -> None:
+    view = kinds.shell_view(SHELL)
+    assert view is not None and view.commands == SHELL["commands"] and not view.local
+    assert (view.timeout, view.output_limit) == ("60 s", "4,096 characters")
+    local = kinds.shell_view(LOCAL_SHELL)
+    assert local is not None and local.local
+    assert local.commands == ["grep -r 'it'\"'\"'s here' 'src dir'"]
+    assert local.env == [("LANG", "C"), ("TOKEN", "<b>x</b>")]
+    assert (local.working_directory, local.timeout) == ("/srv/app", "1,500 ms")
+    malformed_actions: list[Any] = [
+        {"commands": "ls"},
+        {"command": []},
+        {"commands": [1]},
+        ["ls"],
+        None,
+    ]
+    for malformed in malformed_actions:
+        assert kinds.shell_view(malformed) is None, malformed
+    # Shown as the generic arguments then, never lost.
+    odd = make_request(tool_name="shell", kind=ToolKind.SHELL, arguments={"commands": "ls"})
+    explained = explain.for_request(odd)
+    assert explained.shell is None and explained.arguments[0].value == "ls"
+    assert odd.call_display() == 'shell(commands="ls")'
+    multi = make_request(
+        tool_name="shell", kind=ToolKind.SHELL, arguments={"commands": ["cat <<EOF\nhi\nEOF"]}
+    )
+    assert multi.call_display() == "shell: cat <<EOF ↵ hi ↵ EOF"
