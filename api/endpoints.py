@@ -24,7 +24,7 @@ from ninja.errors import HttpError, ValidationError
 from api import schemas
 from api.auth import BearerToken, Caller, Forbidden, Unauthorized, require_scope
 from approvals import explain
-from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest
+from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, ToolKind
 from conversations.models import Conversation
 from conversations.views import BUSY_WAITING, BUSY_WORKING
 from engine import permissions, policies, registry, runs
@@ -214,6 +214,8 @@ def _summary(approval: ApprovalRequest) -> dict[str, Any]:
         "id": approval.pk,
         "status": approval.status,
         "tool": approval.tool_name,
+        "kind": approval.kind,
+        "server": approval.server,
         "agent": approval.agent_name,
         "call": approval.call_display(),
         "risk": explanation.risk,
@@ -231,7 +233,13 @@ def _verdict(verdict: policies.Verdict | None) -> dict[str, Any] | None:
 def _detail(approval: ApprovalRequest, user: Any) -> dict[str, Any]:
     explanation = explain.for_request(approval)
     run = approval.run
-    sheet = registry.tool_sheet(run.agent_name, approval.agent_name, approval.tool_name)
+    # Only a function tool's call has its tool's JSON schema: an MCP server's tool is not one
+    # of the agent's tools, and a shell or patch tool has none.
+    schema = (
+        registry.tool_sheet(run.agent_name, approval.agent_name, approval.tool_name).schema
+        if approval.kind == ToolKind.FUNCTION
+        else {}
+    )
     return {
         **_summary(approval),
         "call_id": approval.call_id,
@@ -240,7 +248,7 @@ def _detail(approval: ApprovalRequest, user: Any) -> dict[str, Any]:
         "arguments_hash": approval.arguments_hash,
         "arguments_intact": explanation.intact,
         "labelled_arguments": [asdict(argument) for argument in explanation.arguments],
-        "arguments_schema": sheet.schema,
+        "arguments_schema": schema,
         "description": explanation.description,
         "risk_declared": explanation.risk_declared,
         "facts": (
@@ -254,6 +262,7 @@ def _detail(approval: ApprovalRequest, user: Any) -> dict[str, Any]:
         "allowed": {
             "decidable": approval.is_pending and not approval.is_overdue(),
             "editable": explanation.editable,
+            "answerable": explanation.answerable,
             "needs_another_reviewer": runs.needs_another_reviewer(approval, user),
         },
     }
@@ -302,6 +311,8 @@ def _run(run: AgentRun) -> dict[str, Any]:
             {
                 "id": r.pk,
                 "tool": r.tool_name,
+                "kind": r.kind,
+                "server": r.server,
                 "status": r.status,
                 "created": r.created,
                 "expires_at": r.expires_at,
@@ -369,6 +380,15 @@ def decide(request: HttpRequest, request_id: Id, body: schemas.DecisionIn) -> di
         raise ApiError(422, "`response` goes with respond only.", "invalid")
     if action != "reject" and (body.message or body.note):
         raise ApiError(422, "`message` and `note` go with reject only.", "invalid")
+    if action == "approve_edited" and not approval.can_be_edited:
+        # As the inbox offers no edit for it: only a function tool's call is checked against
+        # its tool's JSON schema (an MCP server's tool is not the agent's, whatever its name).
+        raise ApiError(
+            422,
+            "Only a function tool's arguments can be edited, and this call is for a tool of "
+            f"another kind ({approval.get_kind_display()}): approve or reject it as it is.",
+            "invalid_decision",
+        )
     try:
         decision = runs.decide(
             approval,

@@ -71,9 +71,16 @@ class RunRef(Schema):
     conversation: str = Field(description="The conversation's public session id.")
 
 
+# What kind of tool a request's call is for (`approvals.models.ToolKind`).
+ToolKindName = Literal["function", "mcp", "hosted_mcp", "shell", "apply_patch", "other"]
+
+
 class Allowed(Schema):
     decidable: bool = Field(description="The request still waits and has not expired.")
     editable: bool = Field(description="Its arguments may be edited before approving.")
+    answerable: bool = Field(
+        description="It may be answered as the tool (respond): not a hosted MCP server's call."
+    )
     needs_another_reviewer: bool = Field(
         description="You started this conversation: you may reject it, not approve or answer."
     )
@@ -83,6 +90,15 @@ class RequestSummary(Schema):
     id: int
     status: str
     tool: str
+    kind: ToolKindName = Field(
+        description="The kind of tool: function, mcp (a local MCP server's tool), hosted_mcp "
+        "(a hosted MCP server's), shell (`arguments`: the shell call's action), apply_patch "
+        "(`arguments`: the file operation with its diff), other."
+    )
+    server: str = Field(
+        description="The MCP server of an mcp or hosted_mcp tool (its name, or a hosted "
+        "server's label); empty for other kinds."
+    )
     agent: str
     call: str = Field(description="The call in one line, as the inbox shows it.")
     risk: str
@@ -162,6 +178,8 @@ class DecisionOut(Schema):
 class RunRequest(Schema):
     id: int
     tool: str
+    kind: ToolKindName
+    server: str
     status: str
     created: datetime
     expires_at: datetime

@@ -40,7 +40,7 @@ from common.admin import ReadOnlyAdminMixin, pretty_json
 
 class ApprovalRequestInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = ApprovalRequest
-    fields = ("request_link", "call", "agent_name", "status", "decided_by", "decided_at")
+    fields = ("request_link", "call", "kind", "agent_name", "status", "decided_by", "decided_at")
     readonly_fields = fields
     ordering = ["pause", "pk"]
     extra = 0
@@ -170,6 +170,8 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "pk",
         "call",
+        "kind",
+        "server",
         "agent_name",
         "status",
         "run",
@@ -178,11 +180,12 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "decided_by",
         "decided_at",
     ]
-    list_filter = ["status", "on_expiry", "tool_name", "agent_name"]
+    list_filter = ["status", "kind", "server", "on_expiry", "tool_name", "agent_name"]
     search_fields = [
         "run__conversation__session_id",
         "run__input",
         "tool_name",
+        "server",
         "=call_id",
     ]
     list_select_related = ["run", "decided_by"]
@@ -192,6 +195,8 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "pause",
         "agent_name",
         "tool_name",
+        "kind",
+        "server",
         "call_id",
         "origin",
         "pretty_arguments",

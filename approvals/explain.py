@@ -7,6 +7,11 @@ in the schema's order, not the stored one), text as text with its line breaks, a
 money (the arguments its author declared as money, `review(money=[...])`). From the tool's
 facts hook (`engine.facts`): what the call would touch, with its warnings. Everything here is
 text for templates, which escape it.
+
+By kind (`ApprovalRequest.kind`): a shell call's commands and a patch's diff are read by
+`kinds.py`; an MCP server's tool is not one of the agent's own tools, so nothing is looked up
+for it by name (a function tool of the same name would lend it its description, its risk and
+its schema).
 """
 
 from __future__ import annotations
@@ -17,13 +22,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from approvals import kinds
+from approvals.models import ApprovalRequest, ToolKind
 from engine import facts, policies, registry
 from engine.facts import Fact
-
-if TYPE_CHECKING:
-    from approvals.models import ApprovalRequest
 
 ATTRIBUTE = "_explanation"
 # A text longer than this, or with a line break, is shown as a block of its own.
@@ -56,6 +60,13 @@ class Explanation:
     # rules), and, for a call that still waits, what they would say now when that differs.
     policy: policies.Verdict | None = None
     policy_now: policies.Verdict | None = None
+    # What kind of tool it is for (`ToolKind`), and for a shell call or a patch, the call read
+    # for people (None: not that kind, or arguments of another shape, shown as arguments).
+    kind: str = ToolKind.FUNCTION
+    shell: kinds.ShellView | None = None
+    patch: kinds.PatchView | None = None
+    # Whether a reviewer may answer it as the tool (not a hosted MCP server's call).
+    answerable: bool = True
 
     @property
     def facts_unavailable(self) -> bool:
@@ -90,8 +101,14 @@ def money(value: Any, currency: str) -> str | None:
     return f"{minus}{sign}{text}" if sign else f"{minus}{text} {currency}"
 
 
+def _words(name: str) -> str:
+    """An argument's name in words: "order_id" and "orderId" (MCP tools often have such
+    names) both read "order id"."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name).replace("_", " ").lower()
+
+
 def _argument(name: str, schema: dict[str, Any], value: Any, review: registry.Review) -> Argument:
-    label = str(schema.get("title") or name.replace("_", " ").capitalize())
+    label = str(schema.get("title") or _words(name).capitalize())
     hint = str(schema.get("description") or "")
     if name in review.money:
         shown = money(value, review.currency)
@@ -139,10 +156,21 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
     for request in requests:
         run = request.run if "run" in request._state.fields_cache else None
         key = (run.agent_name if run else None, request.agent_name, request.tool_name)
-        sheet = sheets.get(key)
-        if sheet is None:
-            sheet = sheets[key] = registry.tool_sheet(*key)
+        if request.is_mcp:
+            sheet = registry.ToolSheet(request.tool_name, False, "", [], registry.Review())
+        else:
+            sheet = sheets.get(key) or sheets.setdefault(key, registry.tool_sheet(*key))
         intact = request.arguments_intact
+        shell = (
+            kinds.shell_view(request.arguments)
+            if intact and request.kind == ToolKind.SHELL
+            else None
+        )
+        patch = (
+            kinds.patch_view(request.arguments)
+            if intact and request.kind == ToolKind.APPLY_PATCH
+            else None
+        )
         setattr(
             request,
             ATTRIBUTE,
@@ -153,9 +181,13 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
                 intact=intact,
                 arguments=arguments_for(request.arguments, sheet) if intact else [],
                 facts=facts.for_request(request) if with_facts else [],
-                editable=intact and sheet.editable and isinstance(request.arguments, dict),
+                editable=request.can_be_edited and sheet.editable,
                 policy=judged.get(request.pk, (None, None))[0],
                 policy_now=judged.get(request.pk, (None, None))[1],
+                kind=request.kind,
+                shell=shell,
+                patch=patch,
+                answerable=request.can_be_answered,
             ),
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import shlex
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -286,6 +287,37 @@ class ToolKind(models.TextChoices):
     OTHER = "other", "Other tool"
 
 
+MCP_KINDS = (ToolKind.MCP, ToolKind.HOSTED_MCP)
+# What an apply_patch call does to its file, in words: its operation's `type`.
+PATCH_VERBS = {"create_file": "create", "update_file": "update", "delete_file": "delete"}
+
+
+def shell_lines(arguments: Any) -> list[str] | None:
+    """A shell call's commands, one line each: a `shell_call` action's `commands`, or a
+    `local_shell_call` action's argv as one shell line (`shlex.join`, quoted as a shell would
+    read it); None when `arguments` is neither (`engine/calls.py` stores the action)."""
+    if not isinstance(arguments, dict):
+        return None
+    commands = arguments.get("commands")
+    if isinstance(commands, list) and all(isinstance(command, str) for command in commands):
+        return list(commands)
+    argv = arguments.get("command")
+    if isinstance(argv, list) and argv and all(isinstance(part, str) for part in argv):
+        return [shlex.join(argv)]
+    return None
+
+
+def patch_target(arguments: Any) -> tuple[str, str] | None:
+    """An apply_patch call's operation (`create_file`, `update_file`, `delete_file`) and the
+    file's path; None when `arguments` is not such an operation."""
+    if not isinstance(arguments, dict):
+        return None
+    operation, path = arguments.get("type"), arguments.get("path")
+    if operation not in PATCH_VERBS or not isinstance(path, str) or not path:
+        return None
+    return str(operation), path
+
+
 class ApprovalRequestQuerySet(models.QuerySet["ApprovalRequest"]):
     def pending(self) -> ApprovalRequestQuerySet:
         return self.filter(status=ApprovalStatus.PENDING)
@@ -444,10 +476,66 @@ class ApprovalRequest(models.Model):
         # In the order stored (the model's; PostgreSQL's jsonb keeps its own), not sorted.
         return json.dumps(self.arguments, indent=2, ensure_ascii=False)
 
+    @property
+    def is_mcp(self) -> bool:
+        """A tool of an MCP server: a local one's, or a hosted one's the model asked about."""
+        return self.kind in MCP_KINDS
+
+    @property
+    def can_be_edited(self) -> bool:
+        """Whether its kind takes edited arguments: only a function tool's call, whose JSON
+        schema they are checked against, and only when the stored arguments are intact. The
+        tool's author may still forbid it (`registry.review(editable=False)`)."""
+        return (
+            self.kind == ToolKind.FUNCTION
+            and isinstance(self.arguments, dict)
+            and self.arguments_intact
+        )
+
+    @property
+    def can_be_answered(self) -> bool:
+        """Whether a reviewer may answer it as the tool: not a hosted MCP server's call, which
+        that server runs itself (the engine refuses it, `runs.InvalidDecision`)."""
+        return self.kind != ToolKind.HOSTED_MCP
+
+    def server_display(self) -> str:
+        """ "MCP server warehouse", "hosted MCP server deepwiki"; "" for other tools."""
+        if not self.is_mcp:
+            return ""
+        hosted = "hosted MCP server" if self.kind == ToolKind.HOSTED_MCP else "MCP server"
+        return f"{hosted} {self.server}" if self.server else hosted
+
+    def tool_display(self) -> str:
+        """The tool with its server: "restock · MCP server warehouse"; else its name."""
+        server = self.server_display()
+        return f"{self.tool_name} · {server}" if server else self.tool_name
+
     def call_display(self) -> str:
-        """`cancel_order(order_id=42)`: how a person reads the call."""
+        """How a person reads the call, on one line: `cancel_order(order_id=42)`, with its
+        server for an MCP tool's (`restock(sku="mug") · MCP server warehouse`), `shell: ls
+        -la; rm -rf build` for a shell call's commands, `apply_patch: update src/app.py` for
+        a patch."""
+        call = self.call_summary()
+        server = self.server_display()
+        return f"{call} · {server}" if server else call
+
+    def call_summary(self) -> str:
+        """`call_display` without the server: what a page cuts to fit, with the server shown
+        beside it in full (`approvals/_kind.html`)."""
         if not self.arguments_intact:
             return f"{self.tool_name}({ARGUMENTS_TAMPERED})"
+        if self.kind == ToolKind.SHELL:
+            lines = shell_lines(self.arguments)
+            if lines is not None:
+                return f"{self.tool_name}: " + "; ".join(
+                    line.replace("\n", " ↵ ") for line in lines
+                )
+        if self.kind == ToolKind.APPLY_PATCH:
+            target = patch_target(self.arguments)
+            if target is not None:
+                move_to = self.arguments.get("move_to")
+                moved = f" → {move_to}" if isinstance(move_to, str) and move_to else ""
+                return f"{self.tool_name}: {PATCH_VERBS[target[0]]} {target[1]}{moved}"
         return items.format_call(self.tool_name, self.arguments)
 
 

@@ -185,9 +185,9 @@ def _latest_decision(approval: ApprovalRequest) -> ApprovalDecision | None:
 
 def arguments_form(approval: ApprovalRequest, data: Any = None) -> ArgumentsForm | None:
     """The form to edit the call's arguments before approving, prefilled with the model's;
-    None when they cannot be edited (the tool's author forbids it, the tool is gone, or the
-    stored arguments were changed outside agentsite)."""
-    if not approval.arguments_intact or not isinstance(approval.arguments, dict):
+    None when they cannot be edited (not a function tool's call, the tool's author forbids
+    it, the tool is gone, or the stored arguments were changed outside agentsite)."""
+    if not approval.can_be_edited:
         return None
     sheet = registry.tool_sheet(approval.run.agent_name, approval.agent_name, approval.tool_name)
     if not sheet.editable:

@@ -21,12 +21,17 @@ from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
 from approvals.models import (
+    MCP_KINDS,
+    PATCH_VERBS,
     AgentRun,
     ApprovalDecision,
     ApprovalRequest,
     ApprovalStatus,
     DecisionKind,
     RunStatus,
+    ToolKind,
+    patch_target,
+    shell_lines,
 )
 from common import formatting
 from conversations import items as session_items
@@ -445,7 +450,9 @@ def call_for(request: ApprovalRequest, edited: Any = None) -> Call:
         request.run.agent_name, request.agent_name, request.tool_name
     )
     return Call(
-        plain=plain_call(description, request.tool_name, arguments),
+        plain=plain_call(
+            description, request.tool_name, arguments, kind=request.kind, server=request.server
+        ),
         raw=session_items.format_call(request.tool_name, arguments),
     )
 
@@ -460,15 +467,30 @@ def _edited_arguments(requests: Sequence[ApprovalRequest]) -> dict[int, Any]:
     return dict(rows.values_list("request_id", "edited_arguments"))
 
 
-def plain_call(description: str, tool_name: str, arguments: Any) -> str:
+def plain_call(
+    description: str,
+    tool_name: str,
+    arguments: Any,
+    kind: str = ToolKind.FUNCTION,
+    server: str = "",
+) -> str:
     """A call as a person reads it: the first sentence of the tool's description (else its
     name in words) and the values of its arguments, named without "_id": "cancel an order
-    that has not been delivered yet (order 42)"."""
+    that has not been delivered yet (order 42)". A call of another kind of tool (a shell
+    command, a patch, an MCP server's tool) in words of its own (`plain_kind_call`)."""
+    own_words = plain_kind_call(kind, server, tool_name, arguments)
+    if own_words is not None:
+        return own_words
     sentence = _SENTENCE_END.split(description.strip(), maxsplit=1)[0].strip().rstrip(".")
     if not sentence:
         sentence = tool_name.replace("_", " ").strip() or "run a tool"
     if sentence[1:2].islower() or len(sentence) == 1:
         sentence = sentence[0].lower() + sentence[1:]
+    return _with_values(sentence, arguments)
+
+
+def _with_values(sentence: str, arguments: Any) -> str:
+    """`sentence` and the values of the call's arguments: "cancel an order (order 42)"."""
     values = []
     if isinstance(arguments, dict):
         for key, value in arguments.items():
@@ -482,3 +504,27 @@ def plain_call(description: str, tool_name: str, arguments: Any) -> str:
     if len(values) > PLAIN_ARGUMENTS:
         values = [*values[:PLAIN_ARGUMENTS], "…"]
     return f"{sentence} ({', '.join(values)})" if values else sentence
+
+
+PLAIN_COMMAND_CHARS = 80
+
+
+def plain_kind_call(kind: str, server: str, tool_name: str, arguments: Any) -> str | None:
+    """The words for a call that is not a function tool's (`ApprovalRequest.kind`): "run a
+    command: ls -la", "change the file src/app.py", "use restock on warehouse (sku
+    grinder)"; None for a function tool's, or arguments of a shape its kind does not have.
+    Never the description of a function tool that shares an MCP tool's name."""
+    if kind == ToolKind.SHELL and (commands := shell_lines(arguments)) is not None:
+        if not commands:
+            return "run a command"
+        shown = formatting.preview("; ".join(commands), PLAIN_COMMAND_CHARS)
+        many = f"{len(commands)} commands" if len(commands) > 1 else "a command"
+        return f"run {many}: {shown}"
+    if kind == ToolKind.APPLY_PATCH and (target := patch_target(arguments)) is not None:
+        operation, path = target
+        verb = "change" if PATCH_VERBS[operation] == "update" else PATCH_VERBS[operation]
+        return f"{verb} the file {formatting.preview(path, PLAIN_COMMAND_CHARS)}"
+    if kind in MCP_KINDS:
+        where = f" on {server}" if server else ""
+        return _with_values(f"use {tool_name or 'a tool'}{where}", arguments)
+    return None

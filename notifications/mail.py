@@ -62,7 +62,7 @@ def item(notification: Notification, user: Any) -> Item:
 
 def subject(items: list[Item]) -> str:
     first = items[0]
-    tool, agent = first.request.tool_name, first.request.agent_name
+    tool, agent = first.request.tool_display(), first.request.agent_name
     kind = first.notification.kind
     if len(items) > 1:
         text = f"{len(items)} tool calls wait for your review"

@@ -85,10 +85,12 @@ def test_it_lists_reads_and_approves_with_a_token_in_the_inbox_audit(client: Cli
     assert detail["arguments"] == {"order_id": 42, "reason": "changed my mind"}
     assert detail["arguments_hash"] == request.arguments_hash
     assert detail["tool"] == "cancel_order" and detail["risk"]
+    assert (detail["kind"], detail["server"]) == ("function", "")
     assert {a["name"] for a in detail["labelled_arguments"]} == {"order_id", "reason"}
     assert detail["allowed"] == {
         "decidable": True,
         "editable": detail["allowed"]["editable"],
+        "answerable": True,
         "needs_another_reviewer": False,
     }
     assert detail["run"]["id"] == request.run_id and detail["asked_by"]

@@ -284,3 +284,27 @@ def test_it_filters_runs_by_the_tool_they_asked_for(admin_client: Any, submitted
     ).content.decode()
     assert f"/admin/approvals/agentrun/{cancel.pk}/change/" in page
     assert f"/admin/approvals/agentrun/{other.pk}/change/" not in page
+
+
+def test_requests_are_listed_and_filtered_by_kind_with_their_server(admin_client: Client) -> None:
+    from approvals.models import ToolKind
+    from tests.factories import make_request
+
+    restock = make_request(tool_name="restock", kind=ToolKind.MCP, server="warehouse")
+    shell = make_request(tool_name="shell", kind=ToolKind.SHELL, arguments={"commands": ["ls"]})
+    function = make_request()
+
+    listed = admin_client.get(REQUESTS).content.decode()
+    assert "By kind" in listed and "By server" in listed
+    assert '<td class="field-kind">MCP server tool</td>' in listed
+    assert '<td class="field-server">warehouse</td>' in listed
+    assert "restock(order_id=42) · MCP server warehouse" in listed
+
+    shells = admin_client.get(REQUESTS, {"kind__exact": "shell"}).content.decode()
+    assert f"/{shell.pk}/change/" in shells
+    assert f"/{restock.pk}/change/" not in shells and f"/{function.pk}/change/" not in shells
+    by_server = admin_client.get(REQUESTS, {"server": "warehouse"}).content.decode()
+    assert f"/{restock.pk}/change/" in by_server and f"/{shell.pk}/change/" not in by_server
+
+    page = admin_client.get(f"{REQUESTS}{restock.pk}/change/").content.decode()
+    assert "MCP server tool" in page and "warehouse" in page

@@ -143,3 +143,55 @@ def test_error_pages_carry_the_policy_too(client: Client, admin: Any) -> None:
         policy = policy_of(response)
         for directive, value in REQUIRED.items():
             assert policy.get(directive) == value, (name, directive, policy)
+
+
+def test_each_kind_of_call_is_shown_without_inline_code(client: Client, admin: Any) -> None:
+    """The markup of each kind of call (an MCP tool's server, a shell call's commands, a
+    patch's diff with its classes per line) obeys the policy on every page that shows it,
+    rows pushed or swapped in included."""
+    from approvals.models import ToolKind
+    from engine import runs
+
+    made = [
+        make_request(tool_name="restock", kind=ToolKind.MCP, server="warehouse"),
+        make_request(tool_name="ask", kind=ToolKind.HOSTED_MCP, server="deepwiki"),
+        make_request(
+            tool_name="shell",
+            kind=ToolKind.SHELL,
+            arguments={"commands": ["ls -la"], "timeout_ms": 1000},
+        ),
+        make_request(
+            tool_name="local_shell",
+            kind=ToolKind.SHELL,
+            arguments={"type": "exec", "command": ["ls"], "env": {"A": "1"}},
+        ),
+        make_request(
+            tool_name="apply_patch",
+            kind=ToolKind.APPLY_PATCH,
+            arguments={"type": "update_file", "path": "a.py", "diff": "@@ -1 +1 @@\n-a\n+b\n"},
+        ),
+        make_request(
+            tool_name="apply_patch",
+            kind=ToolKind.APPLY_PATCH,
+            arguments={"type": "delete_file", "path": "b.py"},
+        ),
+    ]
+    client.force_login(admin)
+    urls = ["/inbox/", "/inbox/rows/", *(f"/inbox/{request.pk}/" for request in made)]
+    seen = ""
+    for url in urls:
+        response = client.get(url)
+        html = response.content.decode()
+        assert response.status_code == 200, url
+        assert inline_code(html) == [], url
+        seen += html
+    for markup in ('class="tool-server"', 'class="shell-command"', "diff-line diff-del"):
+        assert markup in seen, markup
+    confirm = client.post("/inbox/decide/", {"action": "approve", "ids": [r.pk for r in made]})
+    assert 'class="diff-line diff-add"' in confirm.content.decode()
+    assert inline_code(confirm.content.decode()) == []
+    for request in made:
+        runs.decide(request, admin, True)
+    history = client.get("/inbox/history/").content.decode()
+    assert 'class="tool-server"' in history and 'class="shell-command"' in history
+    assert inline_code(history) == []

@@ -272,6 +272,46 @@ def test_the_html_part_escapes_what_the_model_and_the_user_wrote() -> None:
     assert "\n" not in message.subject
 
 
+def test_emails_name_an_mcp_tools_server_and_show_commands_and_patches() -> None:
+    from approvals.models import ToolKind
+
+    opted_in()
+    mcp = make_request(tool_name="restock", kind=ToolKind.MCP, server="warehouse")
+    announce(mcp)
+    sending.send_all_due()
+    (message,) = mail.outbox
+    assert message.subject == (
+        "[agentsite] restock · MCP server warehouse (Support desk) waits for your review"
+    )
+    assert "<h2>restock · MCP server warehouse <small>" in html_of(message)
+
+    mail.outbox.clear()
+    shell = make_request(
+        tool_name="shell",
+        kind=ToolKind.SHELL,
+        arguments={"commands": ["ls -la", "echo <b>hi</b>"], "timeout_ms": 60000},
+    )
+    announce(shell)
+    sending.send_all_due()
+    (message,) = mail.outbox
+    assert "Commands:\n  $ ls -la\n  $ echo <b>hi</b>\nTimeout: 60 s" in message.body
+    html = html_of(message)
+    assert "<pre>$ ls -la\n$ echo &lt;b&gt;hi&lt;/b&gt;\n</pre>" in html
+    assert "Shell command" in html and inline_code(html) == []
+
+    mail.outbox.clear()
+    patch = make_request(
+        tool_name="apply_patch",
+        kind=ToolKind.APPLY_PATCH,
+        arguments={"type": "update_file", "path": "src/<app>.py", "diff": "@@\n-a\n+b\n+c\n"},
+    )
+    announce(patch)
+    sending.send_all_due()
+    (message,) = mail.outbox
+    assert "Update the file src/<app>.py (+2 −1 lines): open the request" in message.body
+    assert "Update the file <code>src/&lt;app&gt;.py</code> (+2 −1 lines)" in html_of(message)
+
+
 def test_an_escalation_emails_every_member_of_the_group_who_may_decide_at_once() -> None:
     leads = Group.objects.create(name="leads")
     leads.permissions.add(Permission.objects.get(codename="decide_approvalrequest"))

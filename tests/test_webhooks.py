@@ -216,6 +216,8 @@ def test_it_announces_a_pause_signed_retries_a_500_and_records_it_failed_without
         "run_id": run.pk,
         "agent": request.agent_name,
         "tool": "cancel_order",
+        "kind": "function",
+        "server": "",
         "arguments": request.arguments,
         "asked_by": "alice",
         "status": "pending",

@@ -32,6 +32,10 @@ def request_data(request: ApprovalRequest) -> dict[str, Any]:
         "run_id": request.run_id,
         "agent": request.agent_name,
         "tool": request.tool_name,
+        # Added with issue 18 (receivers ignore what they do not know): what kind of tool,
+        # and the MCP server of an MCP tool ("" for other kinds).
+        "kind": request.kind,
+        "server": request.server,
         "arguments": request.arguments,
         "asked_by": _username(run.requested_by) if run.requested_by_id else None,
         "status": request.status,
