@@ -63,6 +63,10 @@ def unregister(tool_name: str) -> None:
 def hook_for(request: ApprovalRequest) -> FactsHook | None:
     """The facts hook of `request`'s tool: the one its author declared, else one registered
     for its name."""
+    if request.kind != "function":  # ToolKind.FUNCTION
+        # An MCP server's tool, a shell command, a patch: never the hook a function tool of
+        # the same name declared; one registered for the name is meant for it.
+        return _registered.get(request.tool_name)
     run = request.run if "run" in request._state.fields_cache else None
     sheet = registry.tool_sheet(
         run.agent_name if run else None, request.agent_name, request.tool_name

@@ -1549,8 +1549,16 @@ def _edit_fields(
     """What an edit adds to its decision; {} when the arguments are the model's.
 
     Raises:
-        DecisionRefused: the tool's author forbids edits, or they do not fit its schema.
+        DecisionRefused: the call is not a function tool's (an MCP server's, a shell
+            command, a patch: no schema here to check edits against, and a function tool of
+            the same name must not lend it its own), the tool's author forbids edits, or they
+            do not fit its schema.
     """
+    if request.kind != ToolKind.FUNCTION:
+        raise InvalidDecision(
+            f"Only a function tool's arguments can be edited, and this is a call of a "
+            f"{request.get_kind_display().lower()}; approve or reject it as it is."
+        )
     sheet = registry.tool_sheet(run.agent_name, request.agent_name, request.tool_name)
     if not sheet.editable:
         raise InvalidDecision(
@@ -1580,6 +1588,11 @@ def _checked_edits(
     for call_id, (request, decision) in requests.items():
         if not decision.is_edit:
             continue
+        if request.kind != ToolKind.FUNCTION:
+            raise RunFailure(
+                f"The call of {request.tool_name} was edited, but it is not a function tool's "
+                "(its arguments cannot be edited); nothing was executed."
+            )
         signature = sign_edit(
             request, decision.reviewer_id, decision.arguments_hash, decision.edited_arguments_hash
         )

@@ -677,3 +677,26 @@ def test_a_shell_call_is_read_from_either_action() -> None:
         tool_name="shell", kind=ToolKind.SHELL, arguments={"commands": ["cat <<EOF\nhi\nEOF"]}
     )
     assert multi.call_display() == "shell: cat <<EOF ↵ hi ↵ EOF"
+
+
+def test_the_engine_refuses_an_edit_of_a_call_that_is_not_a_function_tools(
+    submitted: list,
+) -> None:
+    """An MCP tool named like one of the agent's function tools must not take that tool's
+    schema and edit form (`runs._edit_fields` looked the tool up by name alone)."""
+    request = make_request(kind=ToolKind.MCP, server="orders", tool_name="cancel_order")
+    before = request.arguments
+
+    with pytest.raises(runs.InvalidDecision, match="Only a function tool's arguments"):
+        runs.decide(request, make_reviewer(), approve=True, arguments={"order_id": 7})
+    request.refresh_from_db()
+    assert request.status == ApprovalStatus.PENDING and request.arguments == before
+
+
+def test_the_facts_of_a_function_tool_are_not_given_for_an_mcp_tool_of_its_name() -> None:
+    from engine import facts
+
+    request = make_request(kind=ToolKind.MCP, server="orders", tool_name="cancel_order")
+    assert facts.hook_for(request) is None
+    request.kind = ToolKind.FUNCTION
+    assert facts.hook_for(request) is not None  # the demo's cancel_order declares one
