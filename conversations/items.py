@@ -9,7 +9,9 @@ Nothing here imports the project: models, the engine and the views may all use i
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
+
+from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
 
 
 def kind(item: Any) -> str:
@@ -31,6 +33,32 @@ def kind(item: Any) -> str:
 
 def is_user_message(item: Any) -> bool:
     return kind(item) == "user"
+
+
+# The SDK's own classification, which uses nothing of its session object: our rows then
+# answer `get_conversation_by_turns` and `get_tool_usage` exactly as its tables do.
+_message_type = AdvancedSQLiteSession._classify_message_type
+_tool_name = AdvancedSQLiteSession._extract_tool_name
+
+
+def structure(item: Any) -> tuple[str, str | None]:
+    """An item's place in its branch's structure, as `AdvancedSQLiteSession` records it:
+    its `message_type` ("user", "assistant", the item's type, else "other"; only a user
+    message starts a turn) and its `tool_name`. Text either database cannot hold in a
+    column (U+0000, a lone surrogate) is replaced with U+FFFD there; the item itself keeps
+    it."""
+    nobody = cast(AdvancedSQLiteSession, None)
+    return _storable(_message_type(nobody, item)), _storable_or_none(_tool_name(nobody, item))
+
+
+def _storable(text: str) -> str:
+    if "\x00" in text or any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        return "".join("\ufffd" if c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    return text
+
+
+def _storable_or_none(text: str | None) -> str | None:
+    return None if text is None else _storable(text)
 
 
 def content_text(content: Any, sep: str = "") -> str:

@@ -13,62 +13,94 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentsite.db.sql import column, json_placeholder, per_vendor, table
-from conversations.models import Conversation, SessionItem
+from conversations.models import Conversation, SessionItem, TurnUsage
 
 
 @dataclass(frozen=True)
 class Statements:
-    # Params: session id. Every payload, oldest first ("get_items" without a limit; turn
-    # overhead: the SDK reads the whole history).
+    # Each read or pop names its branch by two parameters, (session id, branch or None): with
+    # None, the conversation's current branch is read in the same statement (a session that
+    # follows its conversation), else the branch given (a run's session keeps its own).
+    #
+    # Params: session id, branch, session id. Every payload of the branch, oldest first
+    # ("get_items" without a limit; turn overhead: the SDK reads the whole history).
     all_items: str
-    # Params: session id, limit. The newest `limit` payloads, newest first (session store:
-    # "get_items(limit=20)", flat up to 100,000 items).
+    # Params: session id, branch, session id, limit. The newest `limit` payloads of the branch,
+    # newest first (session store: "get_items(limit=20)", flat up to 100,000 items).
     last_items: str
-    # Params: conversation pk, payload (JSON text), created (session store: "add_items").
+    # Params: conversation pk, branch, conversation pk, branch, 1 if the item is a user
+    # message else 0, message type, tool name, payload (JSON text), created. Its turn is the
+    # branch's newest item's plus one for a user message, read in the same statement
+    # (session store: "add_items").
     insert_item: str
-    # Params: session id. Deletes the newest item, returning its payload (session store:
-    # "pop_item()").
+    # Params: session id, branch, session id. Deletes the branch's newest item, returning its
+    # payload, turn, message type, branch and conversation pk (session store: "pop_item()").
     pop_item: str
-    # Params: updated, conversation pk, session id: the write lock on one conversation,
-    # taken by its cached pk, which is checked (session store: "add_items").
+    # Params: conversation pk, branch, turn. A turn's usage, once its user message was popped
+    # (the first item of its turn: the turn is empty).
+    drop_turn_usage: str
+    # Params: conversation pk, branch, conversation pk, branch. Turn 0's usage, once the
+    # branch is empty (turn 0 items come before any other).
+    drop_usage_of_empty_branch: str
+    # Params: updated, conversation pk, session id; returns the current branch: the write
+    # lock on one conversation, taken by its cached pk, which is checked (session store:
+    # "add_items").
     touch_by_pk: str
-    # Params: updated, session id; returns the pk: the same lock, found by session id (the
-    # first write of a session; a pop on PostgreSQL) (session store: "add_items", "pop_item()").
+    # Params: updated, session id; returns the pk and the current branch: the same lock,
+    # found by session id (the first write of a session; a pop on PostgreSQL) (session store:
+    # "add_items", "pop_item()").
     touch_by_session: str
 
 
 @per_vendor
 def statements() -> Statements:
-    items, conversations = table(SessionItem), table(Conversation)
+    items, conversations, usage = table(SessionItem), table(Conversation), table(TurnUsage)
     item_id, payload = column(SessionItem, "id"), column(SessionItem, "payload")
+    item_conversation, branch = column(SessionItem, "conversation"), column(SessionItem, "branch")
+    turn = column(SessionItem, "turn")
     conversation_id, updated = column(Conversation, "id"), column(Conversation, "updated")
-    session_id = column(Conversation, "session_id")
-    # A scalar subquery, not a join: the planner then knows it reads one conversation and
-    # walks the (conversation, id) index, where a join may walk every item of every
-    # conversation newest-first (PostgreSQL does).
-    of_session = (
-        f"{column(SessionItem, 'conversation')} = "
-        f"(SELECT {conversation_id} FROM {conversations} WHERE {session_id} = %s)"
+    session_id, current = column(Conversation, "session_id"), column(Conversation, "current_branch")
+    # Scalar subqueries, not a join: the planner then knows it reads one conversation's
+    # branch and walks the (conversation, branch, id) index, where a join may walk every item
+    # of every conversation newest-first (PostgreSQL does).
+    of_branch = (
+        f"{item_conversation} = (SELECT {conversation_id} FROM {conversations} "
+        f"WHERE {session_id} = %s) AND {branch} = COALESCE(%s, (SELECT {current} "
+        f"FROM {conversations} WHERE {session_id} = %s))"
+    )
+    usage_of_turn = (
+        f"{column(TurnUsage, 'conversation')} = %s AND {column(TurnUsage, 'branch')} = %s "
+        f"AND {column(TurnUsage, 'turn')}"
     )
     return Statements(
-        all_items=f"SELECT {payload} FROM {items} WHERE {of_session} ORDER BY {item_id}",
+        all_items=f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {item_id}",
         last_items=(
-            f"SELECT {payload} FROM {items} WHERE {of_session} ORDER BY {item_id} DESC LIMIT %s"
+            f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {item_id} DESC LIMIT %s"
         ),
         insert_item=(
-            f"INSERT INTO {items} ({column(SessionItem, 'conversation')}, {payload}, "
-            f"{column(SessionItem, 'created')}) VALUES (%s, {json_placeholder()}, %s)"
+            f"INSERT INTO {items} ({item_conversation}, {branch}, {turn}, "
+            f"{column(SessionItem, 'message_type')}, {column(SessionItem, 'tool_name')}, "
+            f"{payload}, {column(SessionItem, 'created')}) VALUES (%s, %s, "
+            f"COALESCE((SELECT {turn} FROM {items} WHERE {item_conversation} = %s "
+            f"AND {branch} = %s ORDER BY {item_id} DESC LIMIT 1), 0) + %s, "
+            f"%s, %s, {json_placeholder()}, %s)"
         ),
         pop_item=(
             f"DELETE FROM {items} WHERE {item_id} = (SELECT {item_id} FROM {items} "
-            f"WHERE {of_session} ORDER BY {item_id} DESC LIMIT 1) RETURNING {payload}"
+            f"WHERE {of_branch} ORDER BY {item_id} DESC LIMIT 1) RETURNING {payload}, {turn}, "
+            f"{column(SessionItem, 'message_type')}, {branch}, {item_conversation}"
+        ),
+        drop_turn_usage=f"DELETE FROM {usage} WHERE {usage_of_turn} = %s",
+        drop_usage_of_empty_branch=(
+            f"DELETE FROM {usage} WHERE {usage_of_turn} = 0 AND NOT EXISTS (SELECT 1 "
+            f"FROM {items} WHERE {item_conversation} = %s AND {branch} = %s)"
         ),
         touch_by_pk=(
             f"UPDATE {conversations} SET {updated} = %s "
-            f"WHERE {conversation_id} = %s AND {session_id} = %s"
+            f"WHERE {conversation_id} = %s AND {session_id} = %s RETURNING {current}"
         ),
         touch_by_session=(
             f"UPDATE {conversations} SET {updated} = %s WHERE {session_id} = %s "
-            f"RETURNING {conversation_id}"
+            f"RETURNING {conversation_id}, {current}"
         ),
     )
