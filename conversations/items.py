@@ -9,6 +9,7 @@ Nothing here imports the project: models, the engine and the views may all use i
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, cast
 
 from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
@@ -51,10 +52,11 @@ def structure(item: Any) -> tuple[str, str | None]:
     return _storable(_message_type(nobody, item)), _storable_or_none(_tool_name(nobody, item))
 
 
+_ODD_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
 def _storable(text: str) -> str:
-    if "\x00" in text or any(0xD800 <= ord(c) <= 0xDFFF for c in text):
-        return "".join("\ufffd" if c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
-    return text
+    return _ODD_TEXT.sub("\ufffd", text)
 
 
 def _storable_or_none(text: str | None) -> str | None:

@@ -51,7 +51,7 @@ from conversations.models import (
     SessionItem,
     TurnUsage,
 )
-from conversations.sql import statements
+from conversations.sql import of_branch, statements
 
 logger = logging.getLogger(__name__)
 
@@ -298,7 +298,7 @@ class DjangoSession(SessionABC):
     ) -> list[TResponseInputItem]:
         # The hottest path of a turn, so its one query is plain SQL (conversations/sql.py
         # says why).
-        where = [self.session_id, branch, self.session_id]
+        where = of_branch(self.session_id, branch)
         if limit is None or limit < 0:
             # SQLite reads a negative LIMIT as "no limit"; SQLiteSession inherits that.
             rows = _fetch(statements().all_items, where)
@@ -317,11 +317,14 @@ class DjangoSession(SessionABC):
         if structures is None:
             structures = [structure(item) for item in items]
 
-        def rows(pk: int, branch: str, now: Any) -> list[tuple[Any, ...]]:
-            return [
-                (pk, branch, pk, branch, int(kind == "user"), kind, tool, text, now)
-                for text, (kind, tool) in zip(texts, structures, strict=True)
-            ]
+        def rows(pk: int, branch: str, newest: int | None, now: Any) -> list[tuple[Any, ...]]:
+            # A user message starts the next turn; anything else belongs to the one before.
+            turn = newest or 0
+            made = []
+            for text, (kind, tool) in zip(texts, structures, strict=True):
+                turn += kind == "user"
+                made.append((pk, branch, turn, kind, tool, text, now))
+            return made
 
         lean = _lean_transaction()
         if lean is not None and self._conversation_pk is not None:
@@ -329,21 +332,24 @@ class DjangoSession(SessionABC):
             now = connection.ops.adapt_datetimefield_value(timezone.now())
             with lean as cursor:
                 touched = cursor.execute(
-                    sql.touch_by_pk, [now, self._conversation_pk, self.session_id]
+                    sql.touch_by_pk, [now, self._conversation_pk, self.session_id, self._branch]
                 ).fetchone()
                 if touched is not None:
-                    branch = self._branch or touched[0]
-                    cursor.executemany(sql.insert_item, rows(self._conversation_pk, branch, now))
+                    current, newest = touched
+                    branch = self._branch or current
+                    cursor.executemany(
+                        sql.insert_item, rows(self._conversation_pk, branch, newest, now)
+                    )
                     return
             # Deleted meanwhile (nothing was written): the general path recreates it.
         with transaction.atomic(), connection.cursor() as cursor:
             now = connection.ops.adapt_datetimefield_value(timezone.now())
             locked = self._lock_conversation(cursor, now, create=True)
             assert locked is not None
-            conversation_pk, current = locked
+            conversation_pk, branch, newest = locked
             # One executemany, as SQLiteSession does; bulk_create's per-field preparation
             # cost more than the inserts themselves.
-            cursor.executemany(sql.insert_item, rows(conversation_pk, self._branch or current, now))
+            cursor.executemany(sql.insert_item, rows(conversation_pk, branch, newest, now))
 
     def _pop_sync(
         self, validate: Callable[[TResponseInputItem], None] | None
@@ -363,7 +369,7 @@ class DjangoSession(SessionABC):
                 locked = self._lock_conversation(cursor, now, create=False)
                 if locked is None:
                     return None
-                branch = branch or locked[1]
+                branch = locked[1]
             return self._pop_in(cursor, branch, validate)
 
     def _pop_in(
@@ -375,7 +381,7 @@ class DjangoSession(SessionABC):
         sql = statements()
         # Deleted and read in one statement; a failed `validate` rolls the deletion back
         # (the exception leaves the transaction).
-        row = _fetch_one(cursor, sql.pop_item, [self.session_id, branch, self.session_id])
+        row = _fetch_one(cursor, sql.pop_item, of_branch(self.session_id, branch))
         if row is None:
             return None
         value, turn, kind, popped_branch, conversation_pk = row
@@ -399,10 +405,9 @@ class DjangoSession(SessionABC):
             locked = self._lock_conversation(cursor, now, create=False)
             if locked is None:
                 return 0
-            conversation_pk, current = locked
-            rows = SessionItem.objects.filter(
-                conversation_id=conversation_pk, branch=self._branch or current
-            ).order_by("-id")
+            conversation_pk, branch, _ = locked
+            rows = SessionItem.objects.filter(conversation_id=conversation_pk, branch=branch)
+            rows = rows.order_by("-id")
             changed = [
                 (pk, new)
                 for pk, payload in rows.values_list("pk", "payload")[:lookback]
@@ -417,14 +422,17 @@ class DjangoSession(SessionABC):
             now = connection.ops.adapt_datetimefield_value(timezone.now())
             locked = self._lock_conversation(cursor, now, create=False)
             if locked is not None:
-                conversation_pk, _ = locked
+                conversation_pk = locked[0]
                 SessionItem.objects.filter(conversation_id=conversation_pk).delete()
                 TurnUsage.objects.filter(conversation_id=conversation_pk).delete()
                 Conversation.objects.filter(pk=conversation_pk).update(current_branch=MAIN_BRANCH)
 
-    def _lock_conversation(self, cursor: Any, now: Any, *, create: bool) -> tuple[int, str] | None:
-        """Lock this conversation's row for the rest of the transaction and return its pk
-        and current branch.
+    def _lock_conversation(
+        self, cursor: Any, now: Any, *, create: bool
+    ) -> tuple[int, str, int | None] | None:
+        """Lock this conversation's row for the rest of the transaction and return its pk,
+        this session's branch (its own, else the conversation's current one) and the turn
+        of that branch's newest item (None: it has none).
 
         Every writer of one conversation takes this lock first (an UPDATE of its `updated`),
         so concurrent `add_items` batches are serialized: each batch gets contiguous, ordered
@@ -432,35 +440,33 @@ class DjangoSession(SessionABC):
         transactions already serialize all writers; on PostgreSQL the row lock of this
         UPDATE does it per conversation.)
         """
+        sql, own = statements(), self._branch
         if self._conversation_pk is not None:
             # The cached pk, checked: a conversation deleted meanwhile is looked up again.
-            cursor.execute(statements().touch_by_pk, [now, self._conversation_pk, self.session_id])
-            touched = cursor.fetchone()
+            touched = _fetch_one(
+                cursor, sql.touch_by_pk, [now, self._conversation_pk, self.session_id, own]
+            )
             if touched is not None:
-                return self._conversation_pk, str(touched[0])
-        cursor.execute(statements().touch_by_session, [now, self.session_id])
-        row = cursor.fetchone()
+                return self._conversation_pk, own or str(touched[0]), touched[1]
+        row = _fetch_one(cursor, sql.touch_by_session, [now, self.session_id, own])
         if row is None and create:
             conversation, _ = Conversation.objects.get_or_create(
                 session_id=self.session_id,
                 defaults={"owner": self._owner, "agent_name": self._agent_name or ""},
             )
             # Created now, or by a concurrent writer a moment ago: lock it all the same.
-            cursor.execute(statements().touch_by_session, [now, self.session_id])
-            row = cursor.fetchone()
+            row = _fetch_one(cursor, sql.touch_by_session, [now, self.session_id, own])
             assert row is not None and row[0] == conversation.pk
         self._conversation_pk = row[0] if row is not None else None
-        return (row[0], str(row[1])) if row is not None else None
+        return (row[0], own or str(row[1]), row[2]) if row is not None else None
 
     def _locked(self) -> tuple[int, str] | None:
-        """The conversation locked for a branch operation, with this session's branch: its
-        own, else the conversation's current one (in a transaction)."""
+        """The conversation locked for a branch operation (in a transaction), with this
+        session's branch."""
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         with connection.cursor() as cursor:
             locked = self._lock_conversation(cursor, now, create=False)
-        if locked is None:
-            return None
-        return locked[0], self._branch or locked[1]
+        return (locked[0], locked[1]) if locked is not None else None
 
     def _where(self, branch_id: str | None = None) -> tuple[int, str] | None:
         """The conversation's pk and the branch to read: `branch_id`, else this session's."""

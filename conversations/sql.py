@@ -18,23 +18,22 @@ from conversations.models import Conversation, SessionItem, TurnUsage
 
 @dataclass(frozen=True)
 class Statements:
-    # Each read or pop names its branch by two parameters, (session id, branch or None): with
-    # None, the conversation's current branch is read in the same statement (a session that
-    # follows its conversation), else the branch given (a run's session keeps its own).
+    # Each read or pop names its branch by the parameters `of_branch(session id, branch or
+    # None)`: with None, the conversation's current branch is read in the same statement (a
+    # session that follows its conversation), else the branch given (a run's session keeps
+    # its own).
     #
-    # Params: session id, branch, session id. Every payload of the branch, oldest first
-    # ("get_items" without a limit; turn overhead: the SDK reads the whole history).
+    # Params: of_branch. Every payload of the branch, oldest first ("get_items" without a
+    # limit; turn overhead: the SDK reads the whole history).
     all_items: str
-    # Params: session id, branch, session id, limit. The newest `limit` payloads of the branch,
-    # newest first (session store: "get_items(limit=20)", flat up to 100,000 items).
+    # Params: of_branch, limit. The newest `limit` payloads of the branch, newest first
+    # (session store: "get_items(limit=20)", flat up to 100,000 items).
     last_items: str
-    # Params: conversation pk, branch, conversation pk, branch, 1 if the item is a user
-    # message else 0, message type, tool name, payload (JSON text), created. Its turn is the
-    # branch's newest item's plus one for a user message, read in the same statement
-    # (session store: "add_items").
+    # Params: conversation pk, branch, turn, message type, tool name, payload (JSON text),
+    # created (session store: "add_items").
     insert_item: str
-    # Params: session id, branch, session id. Deletes the branch's newest item, returning its
-    # payload, turn, message type, branch and conversation pk (session store: "pop_item()").
+    # Params: of_branch. Deletes the branch's newest item, returning its payload, turn,
+    # message type, branch and conversation pk (session store: "pop_item()").
     pop_item: str
     # Params: conversation pk, branch, turn. A turn's usage, once its user message was popped
     # (the first item of its turn: the turn is empty).
@@ -42,14 +41,21 @@ class Statements:
     # Params: conversation pk, branch, conversation pk, branch. Turn 0's usage, once the
     # branch is empty (turn 0 items come before any other).
     drop_usage_of_empty_branch: str
-    # Params: updated, conversation pk, session id; returns the current branch: the write
-    # lock on one conversation, taken by its cached pk, which is checked (session store:
-    # "add_items").
+    # Params: updated, conversation pk, session id, branch or None; returns the current
+    # branch and the turn of the newest item of the branch (of the given one, else of the
+    # current one; None when it has none): the write lock on one conversation, taken by its
+    # cached pk, which is checked, and what an append numbers its items' turns from, in one
+    # statement (session store: "add_items").
     touch_by_pk: str
-    # Params: updated, session id; returns the pk and the current branch: the same lock,
-    # found by session id (the first write of a session; a pop on PostgreSQL) (session store:
-    # "add_items", "pop_item()").
+    # Params: updated, session id, branch or None; returns the pk, the current branch and
+    # the newest turn: the same lock, found by session id (the first write of a session; a
+    # pop on PostgreSQL) (session store: "add_items", "pop_item()").
     touch_by_session: str
+
+
+def of_branch(session_id: str, branch: str | None) -> list[str | None]:
+    """The parameters naming a session's branch in a read or a pop."""
+    return [session_id, branch, session_id, branch, session_id]
 
 
 @per_vendor
@@ -63,31 +69,42 @@ def statements() -> Statements:
     # Scalar subqueries, not a join: the planner then knows it reads one conversation's
     # branch and walks the (conversation, branch, id) index, where a join may walk every item
     # of every conversation newest-first (PostgreSQL does).
+    #
+    # The branch is bounded from both sides rather than compared equal, and the order names
+    # it: with an equality, PostgreSQL drops the branch from the order (it is fixed) and
+    # then found walking the primary key newest-first, every conversation's items, as cheap
+    # as this index on a small table (seen in tests/test_session.py); a range keeps the
+    # branch in the order, which only this index gives without a sort.
+    the_branch = f"COALESCE(%s, (SELECT {current} FROM {conversations} WHERE {session_id} = %s))"
     of_branch = (
         f"{item_conversation} = (SELECT {conversation_id} FROM {conversations} "
-        f"WHERE {session_id} = %s) AND {branch} = COALESCE(%s, (SELECT {current} "
-        f"FROM {conversations} WHERE {session_id} = %s))"
+        f"WHERE {session_id} = %s) AND {branch} >= {the_branch} AND {branch} <= {the_branch}"
+    )
+    # In the RETURNING of the lock: the branch's newest item, on the same index.
+    newest_turn = (
+        f"(SELECT {turn} FROM {items} "
+        f"WHERE {item_conversation} = {conversations}.{conversation_id} "
+        f"AND {branch} = COALESCE(%s, {conversations}.{current}) ORDER BY {item_id} DESC LIMIT 1)"
     )
     usage_of_turn = (
         f"{column(TurnUsage, 'conversation')} = %s AND {column(TurnUsage, 'branch')} = %s "
         f"AND {column(TurnUsage, 'turn')}"
     )
+    newest_first = f"{branch} DESC, {item_id} DESC"
     return Statements(
-        all_items=f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {item_id}",
+        all_items=(f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {branch}, {item_id}"),
         last_items=(
-            f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {item_id} DESC LIMIT %s"
+            f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {newest_first} LIMIT %s"
         ),
         insert_item=(
             f"INSERT INTO {items} ({item_conversation}, {branch}, {turn}, "
             f"{column(SessionItem, 'message_type')}, {column(SessionItem, 'tool_name')}, "
-            f"{payload}, {column(SessionItem, 'created')}) VALUES (%s, %s, "
-            f"COALESCE((SELECT {turn} FROM {items} WHERE {item_conversation} = %s "
-            f"AND {branch} = %s ORDER BY {item_id} DESC LIMIT 1), 0) + %s, "
-            f"%s, %s, {json_placeholder()}, %s)"
+            f"{payload}, {column(SessionItem, 'created')}) "
+            f"VALUES (%s, %s, %s, %s, %s, {json_placeholder()}, %s)"
         ),
         pop_item=(
             f"DELETE FROM {items} WHERE {item_id} = (SELECT {item_id} FROM {items} "
-            f"WHERE {of_branch} ORDER BY {item_id} DESC LIMIT 1) RETURNING {payload}, {turn}, "
+            f"WHERE {of_branch} ORDER BY {newest_first} LIMIT 1) RETURNING {payload}, {turn}, "
             f"{column(SessionItem, 'message_type')}, {branch}, {item_conversation}"
         ),
         drop_turn_usage=f"DELETE FROM {usage} WHERE {usage_of_turn} = %s",
@@ -97,10 +114,11 @@ def statements() -> Statements:
         ),
         touch_by_pk=(
             f"UPDATE {conversations} SET {updated} = %s "
-            f"WHERE {conversation_id} = %s AND {session_id} = %s RETURNING {current}"
+            f"WHERE {conversation_id} = %s AND {session_id} = %s "
+            f"RETURNING {current}, {newest_turn}"
         ),
         touch_by_session=(
             f"UPDATE {conversations} SET {updated} = %s WHERE {session_id} = %s "
-            f"RETURNING {conversation_id}, {current}"
+            f"RETURNING {conversation_id}, {current}, {newest_turn}"
         ),
     )

@@ -143,7 +143,7 @@ def test_it_reads_the_last_n_items_in_one_indexed_query() -> None:
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
         plan = "\n".join(str(row[0] if len(row) == 1 else row) for row in cursor.fetchall())
     # The planner walks the (conversation, id) index: no scan of the table, no sort step.
-    assert "item_conv_branch_id" in plan
+    assert "item_conv_branch_id" in plan, plan
     assert "TEMP B-TREE" not in plan and "Sort" not in plan
     assert "SCAN conversations_sessionitem" not in plan
     assert "Seq Scan on conversations_sessionitem" not in plan
