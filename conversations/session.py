@@ -831,19 +831,25 @@ def record_turn_usage(
     )
     if turn is None:
         return False
-    TurnUsage.objects.update_or_create(
+    row = TurnUsage(
         conversation_id=conversation_pk,
         branch=branch,
         turn=turn,
-        defaults={
-            "requests": usage.requests or 0,
-            "input_tokens": usage.input_tokens or 0,
-            "output_tokens": usage.output_tokens or 0,
-            "total_tokens": usage.total_tokens or 0,
-            "input_tokens_details": _details(getattr(usage, "input_tokens_details", None)),
-            "output_tokens_details": _details(getattr(usage, "output_tokens_details", None)),
-            "run_id": run_id,
-        },
+        requests=usage.requests or 0,
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        total_tokens=usage.total_tokens or 0,
+        input_tokens_details=_details(getattr(usage, "input_tokens_details", None)),
+        output_tokens_details=_details(getattr(usage, "output_tokens_details", None)),
+        run_id=run_id,
+    )
+    # One INSERT ... ON CONFLICT DO UPDATE: the SDK's INSERT OR REPLACE (a run's final write
+    # pays for it on every turn).
+    TurnUsage.objects.bulk_create(
+        [row],
+        update_conflicts=True,
+        unique_fields=["conversation", "branch", "turn"],
+        update_fields=[*USAGE_FIELDS, "run", "created"],
     )
     return True
 
