@@ -136,6 +136,39 @@ class SessionItem(models.Model):
         return type(payload).__name__
 
 
+EDIT_PREFIX = "edit-"
+
+
+def branch_label(branch_id: str) -> str:
+    """A branch as people read it: "Original", "Edit 2" (the chat's forks), else its id."""
+    if branch_id == MAIN_BRANCH:
+        return "Original"
+    number = branch_id.removeprefix(EDIT_PREFIX)
+    if branch_id.startswith(EDIT_PREFIX) and number.isdigit():
+        return f"Edit {int(number)}"
+    return branch_id
+
+
+def on_branch(branch: str, prefix: str = "") -> models.Q:
+    """A filter of runs (`AgentRun`, or a relation to them through `prefix`, "run__") to
+    those started on `branch`: a run with no `RunBranch` row is main's."""
+    on = models.Q(**{f"{prefix}branch_link__branch": branch})
+    if branch == MAIN_BRANCH:
+        on |= models.Q(**{f"{prefix}branch_link__isnull": True})
+    return on
+
+
+class BranchQuerySet(models.QuerySet["Branch"]):
+    def next_edit_id(self, conversation_pk: int) -> str:
+        """The id of the conversation's next fork from the chat, "edit-<n>": one more than
+        its branches so far, never one used before."""
+        used = set(self.filter(conversation_id=conversation_pk).values_list("branch_id", flat=True))
+        number = len(used) + 1
+        while f"{EDIT_PREFIX}{number}" in used:
+            number += 1
+        return f"{EDIT_PREFIX}{number}"
+
+
 class Branch(models.Model):
     """A branch id used in a conversation, reserved for good: the SDK never reuses one, even
     after the branch was deleted or the session cleared. ("main" is never a row: it is always
@@ -148,6 +181,8 @@ class Branch(models.Model):
     source = models.CharField(max_length=BRANCH_ID_MAX_LENGTH, help_text="Made from this branch.")
     from_turn = models.PositiveIntegerField(help_text="Its turns before this one were copied.")
     created = models.DateTimeField(auto_now_add=True)
+
+    objects = BranchQuerySet.as_manager()
 
     class Meta:
         ordering = ["conversation", "id"]

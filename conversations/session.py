@@ -168,6 +168,11 @@ class DjangoSession(SessionABC):
         if items:
             await _await_mutation(db_thread(self._add_items_sync)(list(items), structures))
 
+    async def get_items_with_turns(self, limit: int) -> list[tuple[int, TResponseInputItem]]:
+        """The newest `limit` items of the current branch, oldest first, each with its turn
+        (agentsite's own: the chat names the turn a message starts, to edit it)."""
+        return await db_thread(self._items_with_turns_sync)(limit)
+
     # --- branches, as AdvancedSQLiteSession -------------------------------------------------
 
     async def current_branch_id(self) -> str:
@@ -306,6 +311,12 @@ class DjangoSession(SessionABC):
             rows = _fetch(statements().last_items, [*where, limit])
             rows.reverse()
         return [_loaded(value) for (value,) in rows]
+
+    def _items_with_turns_sync(self, limit: int) -> list[tuple[int, TResponseInputItem]]:
+        where = [*of_branch(self.session_id, self._branch), limit]
+        rows = _fetch(statements().last_items_with_turns, where)
+        rows.reverse()
+        return [(turn, _loaded(value)) for value, turn in rows]
 
     def _add_items_sync(
         self,
@@ -994,6 +1005,14 @@ class AuditedEncryptedSession(EncryptedSession):
             reason,
         )
 
+    async def get_items_with_turns(self, limit: int) -> list[tuple[int, TResponseInputItem]]:
+        """`DjangoSession.get_items_with_turns`, decrypted; an item that cannot be decrypted
+        is left out (and counted, as `get_items` does)."""
+        underlying = self.underlying_session
+        assert isinstance(underlying, DjangoSession)
+        rows = await underlying.get_items_with_turns(limit)
+        return [(turn, plain) for turn, item in rows if (plain := self._unwrap(item)) is not None]
+
     async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         underlying = self.underlying_session
         if not isinstance(underlying, DjangoSession):
@@ -1042,6 +1061,21 @@ async def rewrite_items(
 
         return await session.underlying_session.rewrite_items(through_the_cipher, lookback)
     raise TypeError(f"{type(session).__name__} cannot rewrite items in place")
+
+
+def fork(conversation: Conversation, turn_number: int, branch_name: str) -> str:
+    """`create_branch_from_turn` of the conversation's session, in the caller's transaction
+    (a view that holds the conversation and starts the new branch's first run in the same
+    transaction: either both happen or neither). Raises as it does."""
+    _check_storable_id(branch_name)
+    return DjangoSession.for_conversation(conversation)._create_branch_sync(
+        turn_number, branch_name
+    )
+
+
+def switch(conversation: Conversation, branch_id: str) -> None:
+    """`switch_to_branch` of the conversation's session, in the caller's transaction."""
+    DjangoSession.for_conversation(conversation)._switch_sync(branch_id)
 
 
 def branching(session: SessionABC) -> DjangoSession:

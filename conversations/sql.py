@@ -29,6 +29,9 @@ class Statements:
     # Params: of_branch, limit. The newest `limit` payloads of the branch, newest first
     # (session store: "get_items(limit=20)", flat up to 100,000 items).
     last_items: str
+    # The same, each payload with its turn: what the chat page reads (its edit controls
+    # name the turn of each message).
+    last_items_with_turns: str
     # Params: conversation pk, branch, turn, message type, tool name, payload (JSON text),
     # created (session store: "add_items").
     insert_item: str
@@ -95,6 +98,10 @@ def statements() -> Statements:
         all_items=(f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {branch}, {item_id}"),
         last_items=(
             f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {newest_first} LIMIT %s"
+        ),
+        last_items_with_turns=(
+            f"SELECT {payload}, {turn} FROM {items} WHERE {of_branch} "
+            f"ORDER BY {newest_first} LIMIT %s"
         ),
         insert_item=(
             f"INSERT INTO {items} ({item_conversation}, {branch}, {turn}, "
