@@ -341,8 +341,9 @@ def _too_long_beyond_the_upload_limit(
     refuse: Callable[..., HttpResponse],
 ) -> Callable[[_View], _View]:
     """A message whose body is beyond `DATA_UPLOAD_MAX_MEMORY_SIZE` is refused as too long
-    (`refuse(request, conversation, **the URL's other arguments)`), the way `runs.start_run` refuses a long one,
-    instead of with Django's bare 400 page (which htmx shows as nothing). CSRF middleware
+    (`refuse(request, conversation, **the URL's other arguments)`), the way
+    `runs.start_run` refuses a long one, instead of with Django's bare 400 page (which htmx
+    shows as nothing). CSRF middleware
     reads the body before any view, so the view is exempt from it and checks the token
     itself, after the size: a refusal changes nothing. The text is not sent back (reading it
     is what the limit stops): the htmx form keeps it in the page."""

@@ -5,11 +5,12 @@ started, writes its turn there, and stores what the turn used there (the SDK's
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from approvals.models import AgentRun, RunStatus
-from conversations.models import RunBranch, TurnUsage, run_branch
+from conversations.models import Conversation, RunBranch, TurnUsage, run_branch
 from conversations.session import DjangoSession
 from engine import runs
 from tests.factories import make_conversation, make_reviewer, make_user
@@ -20,8 +21,8 @@ pytestmark = [
 ]
 
 
-def run_turn(conversation: object, text: str, owner: object) -> AgentRun:
-    run = runs.start_run(conversation, text, owner)  # type: ignore[arg-type]
+def run_turn(conversation: Conversation, text: str, owner: Any) -> AgentRun:
+    run = runs.start_run(conversation, text, owner)
     asyncio.run(runs.execute(run.pk))
     run.refresh_from_db()
     return run
