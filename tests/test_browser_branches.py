@@ -75,10 +75,7 @@ def test_she_edits_her_second_message_and_switches_between_the_versions(
     expect(box).to_be_visible()
     expect(box).to_have_value(EDITED)
     expect(box).to_be_focused()
-    # (With the caret as it is: hiding it, Playwright's default, leaves an empty style
-    # attribute on every box of the page, which htmx copies as it settles a swap, and the
-    # site's policy refuses a script setting one.)
-    page.screenshot(path=str(screenshots / "chat-edit.png"), caret="initial")
+    page.screenshot(path=str(screenshots / "chat-edit.png"))
     second.get_by_test_id("edit-send").click()
 
     # The fork: turn 1 as it was, the edited turn 2 and the agent's answer to it.
