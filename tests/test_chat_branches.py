@@ -15,7 +15,7 @@ from django.utils.html import escape
 
 from approvals.models import AgentRun, RunStatus
 from conversations.consumers import _render_run
-from conversations.models import Branch, Conversation, RunBranch, TurnUsage
+from conversations.models import Branch, Conversation, RunBranch, SessionItem, TurnUsage
 from conversations.session import DjangoSession, open_session
 from conversations.views import EDIT_BUSY, EDIT_MOVED, EDIT_WAITING, TOO_LONG
 from engine import runs
@@ -327,3 +327,57 @@ def test_a_push_of_a_run_of_another_version_renders_nothing(
     pushed = _render_run(conversation.pk, edited.pk, items, False, None, [1, 1, 1, 1, 2, 2, 2, 2])
     assert "where is order 42 really" in pushed
     assert 'data-testid="edit-message"' in pushed  # finished: its message can be edited
+
+
+def test_undo_takes_back_the_last_exchange_of_the_version_shown_only(
+    client_for_alice: Client, conversation: Conversation
+) -> None:
+    edit(client_for_alice, conversation, 2, "where is order 42 really")
+    run_latest(conversation)
+
+    client_for_alice.post(f"/chats/{conversation.session_id}/undo/")
+
+    page = client_for_alice.get(f"/chats/{conversation.session_id}/")
+    assert user_bubbles(page) == ["where is order 44"]
+    switch(client_for_alice, conversation, "main")
+    assert user_bubbles(client_for_alice.get(f"/chats/{conversation.session_id}/")) == QUESTIONS
+
+
+def test_clear_empties_every_version_and_starts_again_from_the_original(
+    client_for_alice: Client, conversation: Conversation
+) -> None:
+    edit(client_for_alice, conversation, 2, "where is order 42 really")
+    run_latest(conversation)
+
+    asked = client_for_alice.get(f"/chats/{conversation.session_id}/clear/").content.decode()
+    assert "in every version of it (the original and each edit)" in asked
+    client_for_alice.post(f"/chats/{conversation.session_id}/clear/")
+
+    page = client_for_alice.get(f"/chats/{conversation.session_id}/")
+    assert user_bubbles(page) == []
+    assert 'data-testid="versions"' not in page.content.decode()
+    assert Conversation.objects.get(pk=conversation.pk).current_branch == "main"
+    assert not TurnUsage.objects.filter(conversation=conversation).exists()
+
+
+def test_an_encrypted_conversation_forks_the_same(
+    client_for_alice: Client, alice: Any, settings: Any, submitted: list
+) -> None:
+    from cryptography.fernet import Fernet
+
+    settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
+    settings.AGENTSITE_SESSION_TTL = 0
+    conversation = make_conversation(owner=alice, agent_name="support")
+    for text in QUESTIONS:
+        client_for_alice.post(f"/chats/{conversation.session_id}/messages/", {"text": text})
+        run_latest(conversation)
+
+    response = edit(client_for_alice, conversation, 2, "where is order 42 really")
+
+    assert response.status_code == 302
+    run_latest(conversation)
+    page = client_for_alice.get(f"/chats/{conversation.session_id}/")
+    assert user_bubbles(page) == ["where is order 44", "where is order 42 really"]
+    assert current_version(page) == "Edit 1"
+    stored = SessionItem.objects.filter(conversation=conversation).values_list("payload", flat=True)
+    assert all("__enc__" in payload for payload in stored)
