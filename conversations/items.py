@@ -48,8 +48,39 @@ def structure(item: Any) -> tuple[str, str | None]:
     message starts a turn) and its `tool_name`. Text either database cannot hold in a
     column (U+0000, a lone surrogate) is replaced with U+FFFD there; the item itself keeps
     it."""
+    # The SDK's answer depends on these keys alone; a session appends the same few shapes
+    # over and over (every append of a turn pays for this), so answers are kept by them.
+    key = None
+    if isinstance(item, dict):
+        get = item.get
+        role, kind, name = get("role"), get("type"), get("name")
+        namespace, label = get("namespace"), get("server_label")
+        # Text only (1 and True would be one key): anything else is asked each time.
+        if (
+            type(role) in _TEXT
+            and type(kind) in _TEXT
+            and type(name) in _TEXT
+            and type(namespace) in _TEXT
+            and type(label) in _TEXT
+        ):
+            key = (role, kind, name, namespace, label, "server_label" in item)
+            found = _structures.get(key)
+            if found is not None:
+                return found
     nobody = cast(AdvancedSQLiteSession, None)
-    return _storable(_message_type(nobody, item)), _storable_or_none(_tool_name(nobody, item))
+    found = _storable(_message_type(nobody, item)), _storable_or_none(_tool_name(nobody, item))
+    if key is not None:
+        if len(_structures) >= _STRUCTURES_KEPT:
+            _structures.clear()
+        _structures[key] = found
+    return found
+
+
+# What `_classify_message_type` and `_extract_tool_name` read of an item is its role, type,
+# name, namespace and server label (and whether it has one at all).
+_TEXT = frozenset({str, type(None)})
+_STRUCTURES_KEPT = 4096
+_structures: dict[tuple[Any, ...], tuple[str, str | None]] = {}
 
 
 _ODD_TEXT = re.compile("[\x00\ud800-\udfff]")
