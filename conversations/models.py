@@ -249,19 +249,6 @@ class RunBranch(models.Model):
     def __str__(self) -> str:
         return f"run {self.run_id} on {self.branch}"
 
-    @classmethod
-    def place(cls, run: Any) -> str:
-        """Record that the new `run` starts on its conversation's current branch, read now
-        (under the caller's lock of the conversation, when it holds one); that branch."""
-        branch = (
-            Conversation.objects.filter(pk=run.conversation_id)
-            .values_list("current_branch", flat=True)
-            .first()
-        ) or MAIN_BRANCH
-        if branch != MAIN_BRANCH:
-            cls.objects.create(run=run, branch=branch)
-        return branch
-
 
 def run_branch(run: Any) -> str:
     """The branch `run` (an `AgentRun`) was started on: its `RunBranch`, else "main". Loaded

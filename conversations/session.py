@@ -834,35 +834,40 @@ def record_turn_usage(
     """Store `usage` as what the newest turn of `branch` used (`store_run_usage`'s write),
     replacing what that turn had; nothing when the branch has no items. For the run engine,
     in its final write's transaction (with the run that used it). True if stored."""
-    turn = (
-        SessionItem.objects.filter(conversation_id=conversation_pk, branch=branch)
-        .order_by("-id")
-        .values_list("turn", flat=True)
-        .first()
-    )
-    if turn is None:
-        return False
-    row = TurnUsage(
-        conversation_id=conversation_pk,
-        branch=branch,
-        turn=turn,
-        requests=usage.requests or 0,
-        input_tokens=usage.input_tokens or 0,
-        output_tokens=usage.output_tokens or 0,
-        total_tokens=usage.total_tokens or 0,
-        input_tokens_details=_details(getattr(usage, "input_tokens_details", None)),
-        output_tokens_details=_details(getattr(usage, "output_tokens_details", None)),
-        run_id=run_id,
-    )
-    # One INSERT ... ON CONFLICT DO UPDATE: the SDK's INSERT OR REPLACE (a run's final write
-    # pays for it on every turn).
-    TurnUsage.objects.bulk_create(
-        [row],
-        update_conflicts=True,
-        unique_fields=["conversation", "branch", "turn"],
-        update_fields=[*USAGE_FIELDS, "run", "created"],
-    )
-    return True
+    details = [
+        _details(getattr(usage, name, None))
+        for name in ("input_tokens_details", "output_tokens_details")
+    ]
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with connection.cursor() as cursor:
+        # One statement, the SDK's INSERT OR REPLACE with its read of the current turn
+        # (a run's final write pays for it on every turn: conversations/sql.py).
+        cursor.execute(
+            statements().store_turn_usage,
+            [
+                conversation_pk,
+                branch,
+                usage.requests or 0,
+                usage.input_tokens or 0,
+                usage.output_tokens or 0,
+                usage.total_tokens or 0,
+                *(json.dumps(value) if value is not None else None for value in details),
+                run_id,
+                now,
+                conversation_pk,
+                branch,
+                branch,
+            ],
+        )
+        return bool(cursor.rowcount)
+
+
+def place_run(run: Any) -> None:
+    """Record that the new `run` (an `AgentRun`) starts on its conversation's current
+    branch, read now (under the caller's lock of the conversation, when it holds one): a
+    `RunBranch`, unless that is "main"."""
+    with connection.cursor() as cursor:
+        cursor.execute(statements().place_run, [run.pk, run.conversation_id])
 
 
 def _texts(items: list[TResponseInputItem]) -> list[str]:

@@ -77,8 +77,8 @@ from approvals.models import (
 )
 from common import formatting
 from conversations.items import is_user_message, message_text, parse_arguments
-from conversations.models import Conversation, RunBranch, run_branch
-from conversations.session import open_session, record_turn_usage, rewrite_items
+from conversations.models import Conversation, run_branch
+from conversations.session import open_session, place_run, record_turn_usage, rewrite_items
 from engine import context as run_context
 from engine import (
     events,
@@ -200,7 +200,7 @@ def start_run(
     )
     # A run belongs to the branch the conversation is on as it starts: its session writes
     # there, and the chat shows it with that branch.
-    RunBranch.place(run)
+    place_run(run)
     run_id, conversation_id = run.pk, conversation.pk
     # After the caller's transaction commits (the chat view holds the conversation's lock),
     # or now when there is none: the INSERT above committed by itself.
