@@ -14,9 +14,10 @@ from conversations.models import Conversation, SessionItem
 
 class SessionItemInline(NoEditAdminMixin, admin.TabularInline):
     model = SessionItem
-    fields = ("id", "kind", "pretty_payload", "created")
+    fields = ("id", "branch", "turn", "kind", "pretty_payload", "created")
     readonly_fields = fields
-    ordering = ["id"]
+    # Each branch's items together, in their order.
+    ordering = ["branch", "id"]
     extra = 0
     can_delete = False
     show_change_link = False
@@ -36,7 +37,8 @@ class ConversationAdmin(admin.ModelAdmin):
     list_display = ["session_id", "title", "owner", "agent_name", "item_count", "updated", "traces"]
     list_filter = ["agent_name", "created", "updated"]
     search_fields = ["session_id", "title", "owner__username", "owner__email"]
-    readonly_fields = ["created", "updated", "session_page"]
+    # The branch it is on changes through its session (the chat's Versions), which checks it.
+    readonly_fields = ["current_branch", "created", "updated", "session_page"]
     raw_id_fields = ["owner"]
     date_hierarchy = "updated"
     inlines = [SessionItemInline]

@@ -53,14 +53,15 @@ def _render_run(
     items: list[Any],
     show_calls: bool,
     user_pk: int | None = None,
+    turns: list[int] | None = None,
 ) -> str:
     conversation = Conversation.objects.filter(pk=conversation_pk).first()
     if conversation is None:
         return ""
     loaded = run_for_event(conversation, run_id)
     if loaded is None:
-        return ""
-    _, view = run_view(conversation, items, loaded)
+        return ""  # gone, or of a version of the conversation the page does not show
+    _, view = run_view(conversation, items, loaded, turns)
     if view is None:
         return ""  # undone or cleared meanwhile: nothing of it is shown
     # A reply that arrives live gets its rating buttons as a reloaded one does.
@@ -146,9 +147,16 @@ class ConversationConsumer(GuardedConsumer):
         await self._send_run(events.ApprovalWithdrawn.model_validate(message["event"]).run_id)
 
     async def _send_run(self, run_id: int) -> None:
-        items = await open_session(self.session_id).get_items(HISTORY_ITEMS_SHOWN)
+        session: Any = open_session(self.session_id)
+        # Each item with its turn: a finished run's message gets its Edit control.
+        rows = await session.get_items_with_turns(HISTORY_ITEMS_SHOWN)
         html = await database_sync_to_async(_render_run)(
-            self.conversation_pk, run_id, items, self.show_calls, self.user_pk
+            self.conversation_pk,
+            run_id,
+            [item for _, item in rows],
+            self.show_calls,
+            self.user_pk,
+            [turn for turn, _ in rows],
         )
         if html:
             await self.send(text_data=html)

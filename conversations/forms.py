@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from conversations.models import Conversation
+from conversations.models import BRANCH_ID_MAX_LENGTH, Conversation
 from engine import registry
 from tracing.models import Feedback, FeedbackScore
 
@@ -32,6 +32,18 @@ class NewConversationForm(forms.Form):
 class MessageForm(forms.Form):
     # Emptiness and length are the run engine's rules; its ValueError becomes this field's error.
     text = forms.CharField(required=False, strip=False, widget=forms.Textarea)
+
+
+class EditForm(forms.Form):
+    """An edited message, and the version of the conversation the page showed it in."""
+
+    # Emptiness and length are the run engine's rules, as for a new message.
+    text = forms.CharField(required=False, strip=False, widget=forms.Textarea)
+    branch = forms.CharField(max_length=BRANCH_ID_MAX_LENGTH)
+
+
+class SwitchForm(forms.Form):
+    branch = forms.CharField(max_length=BRANCH_ID_MAX_LENGTH)
 
 
 class RenameForm(forms.Form):

@@ -9,7 +9,10 @@ Nothing here imports the project: models, the engine and the views may all use i
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, cast
+
+from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
 
 
 def kind(item: Any) -> str:
@@ -31,6 +34,64 @@ def kind(item: Any) -> str:
 
 def is_user_message(item: Any) -> bool:
     return kind(item) == "user"
+
+
+# The SDK's own classification, which uses nothing of its session object: our rows then
+# answer `get_conversation_by_turns` and `get_tool_usage` exactly as its tables do.
+_message_type = AdvancedSQLiteSession._classify_message_type
+_tool_name = AdvancedSQLiteSession._extract_tool_name
+
+
+def structure(item: Any) -> tuple[str, str | None]:
+    """An item's place in its branch's structure, as `AdvancedSQLiteSession` records it:
+    its `message_type` ("user", "assistant", the item's type, else "other"; only a user
+    message starts a turn) and its `tool_name`. Text either database cannot hold in a
+    column (U+0000, a lone surrogate) is replaced with U+FFFD there; the item itself keeps
+    it."""
+    # The SDK's answer depends on these keys alone; a session appends the same few shapes
+    # over and over (every append of a turn pays for this), so answers are kept by them.
+    key = None
+    if isinstance(item, dict):
+        get = item.get
+        role, kind, name = get("role"), get("type"), get("name")
+        namespace, label = get("namespace"), get("server_label")
+        # Text only (1 and True would be one key): anything else is asked each time.
+        if (
+            type(role) in _TEXT
+            and type(kind) in _TEXT
+            and type(name) in _TEXT
+            and type(namespace) in _TEXT
+            and type(label) in _TEXT
+        ):
+            key = (role, kind, name, namespace, label, "server_label" in item)
+            found = _structures.get(key)
+            if found is not None:
+                return found
+    nobody = cast(AdvancedSQLiteSession, None)
+    found = _storable(_message_type(nobody, item)), _storable_or_none(_tool_name(nobody, item))
+    if key is not None:
+        if len(_structures) >= _STRUCTURES_KEPT:
+            _structures.clear()
+        _structures[key] = found
+    return found
+
+
+# What `_classify_message_type` and `_extract_tool_name` read of an item is its role, type,
+# name, namespace and server label (and whether it has one at all).
+_TEXT = frozenset({str, type(None)})
+_STRUCTURES_KEPT = 4096
+_structures: dict[tuple[Any, ...], tuple[str, str | None]] = {}
+
+
+_ODD_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def _storable(text: str) -> str:
+    return _ODD_TEXT.sub("\ufffd", text)
+
+
+def _storable_or_none(text: str | None) -> str | None:
+    return None if text is None else _storable(text)
 
 
 def content_text(content: Any, sep: str = "") -> str:

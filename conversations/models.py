@@ -2,6 +2,13 @@
 
 A `Conversation` is what a person sees as one chat; its `SessionItem` rows are exactly the
 Responses-API items the SDK hands to `Session.add_items`, oldest first by primary key.
+
+A conversation has branches, as the SDK's `AdvancedSQLiteSession` has: each item belongs to
+one branch ("main" first) and one user turn of it (`turn`: how many user messages the branch
+held up to it), and a branch made from turn N starts with copies of the items of turns before
+N. `Conversation.current_branch` is the branch a session reads and writes; `Branch` rows
+reserve the ids ever used (a deleted branch's id is never used again, as in the SDK), and
+`TurnUsage` is what the runs of each turn of a branch used (`store_run_usage`).
 """
 
 from __future__ import annotations
@@ -13,6 +20,10 @@ from django.conf import settings
 from django.db import models
 
 from agentsite.db.faithful import FaithfulJSONField
+from conversations.items import structure
+
+MAIN_BRANCH = "main"
+BRANCH_ID_MAX_LENGTH = 100
 
 
 def new_session_id() -> str:
@@ -52,6 +63,11 @@ class Conversation(models.Model):
         ),
     )
     title = models.CharField(max_length=200, blank=True)
+    current_branch = models.CharField(
+        max_length=BRANCH_ID_MAX_LENGTH,
+        default=MAIN_BRANCH,
+        help_text="The branch its session reads and writes now ('main' until a fork).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -66,22 +82,48 @@ class Conversation(models.Model):
 
 
 class SessionItem(models.Model):
-    # No index of its own: the (conversation, id) index below serves every lookup by
+    # No index of its own: the (conversation, branch, id) index below serves every lookup by
     # conversation, and also gives "newest first" without a sort on PostgreSQL.
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="items", db_index=False
     )
+    branch = models.CharField(max_length=BRANCH_ID_MAX_LENGTH, default=MAIN_BRANCH)
+    # The branch's user turn the item belongs to: 1 for the first user message and what
+    # follows it, 0 for items before any. A branch's turns never decrease by id.
+    turn = models.PositiveIntegerField(default=0)
+    # The SDK's `message_type` and `tool_name` of the item (`items.structure`), read from the
+    # plain item when it is written, so that an encrypted item has them too. "" only until
+    # `save` fills it in.
+    message_type = models.TextField(default="")
+    tool_name = models.TextField(null=True, blank=True)
     payload = FaithfulJSONField()
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["id"]
-        # "The last N items of one conversation" walks this index backwards and stops after N,
-        # so its cost does not grow with the conversation's length.
-        indexes = [models.Index(fields=["conversation", "id"], name="item_conv_id")]
+        # "The last N items of one branch" walks this index backwards and stops after N, so
+        # its cost does not grow with the conversation's length, nor with its branches.
+        indexes = [
+            models.Index(fields=["conversation", "branch", "id"], name="item_conv_branch_id")
+        ]
 
     def __str__(self) -> str:
         return f"{self.conversation_id}#{self.pk}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The session writes its rows in plain SQL (conversations/sql.py), structure and all;
+        # a row made through the ORM (admin, tests) is placed the same way, at the end of its
+        # branch.
+        if self._state.adding and not self.message_type:
+            self.message_type, self.tool_name = structure(self.payload)
+            newest = (
+                SessionItem.objects.filter(conversation_id=self.conversation_id, branch=self.branch)
+                .order_by("-id")
+                .values_list("turn", flat=True)
+                .first()
+            )
+            self.turn = (newest or 0) + (self.message_type == "user")
+        super().save(*args, **kwargs)
 
     @property
     def kind(self) -> str:
@@ -92,3 +134,127 @@ class SessionItem(models.Model):
                 return "encrypted"
             return str(payload.get("role") or payload.get("type") or "item")
         return type(payload).__name__
+
+
+EDIT_PREFIX = "edit-"
+
+
+def branch_label(branch_id: str) -> str:
+    """A branch as people read it: "Original", "Edit 2" (the chat's forks), else its id."""
+    if branch_id == MAIN_BRANCH:
+        return "Original"
+    number = branch_id.removeprefix(EDIT_PREFIX)
+    if branch_id.startswith(EDIT_PREFIX) and number.isdigit():
+        return f"Edit {int(number)}"
+    return branch_id
+
+
+def on_branch(branch: str, prefix: str = "") -> models.Q:
+    """A filter of runs (`AgentRun`, or a relation to them through `prefix`, "run__") to
+    those started on `branch`: a run with no `RunBranch` row is main's."""
+    on = models.Q(**{f"{prefix}branch_link__branch": branch})
+    if branch == MAIN_BRANCH:
+        on |= models.Q(**{f"{prefix}branch_link__isnull": True})
+    return on
+
+
+class BranchQuerySet(models.QuerySet["Branch"]):
+    def next_edit_id(self, conversation_pk: int) -> str:
+        """The id of the conversation's next fork from the chat, "edit-<n>": one more than
+        its branches so far, never one used before."""
+        used = set(self.filter(conversation_id=conversation_pk).values_list("branch_id", flat=True))
+        number = len(used) + 1
+        while f"{EDIT_PREFIX}{number}" in used:
+            number += 1
+        return f"{EDIT_PREFIX}{number}"
+
+
+class Branch(models.Model):
+    """A branch id used in a conversation, reserved for good: the SDK never reuses one, even
+    after the branch was deleted or the session cleared. ("main" is never a row: it is always
+    taken.) With where it came from, for people."""
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="branches", db_index=False
+    )
+    branch_id = models.CharField(max_length=BRANCH_ID_MAX_LENGTH)
+    source = models.CharField(max_length=BRANCH_ID_MAX_LENGTH, help_text="Made from this branch.")
+    from_turn = models.PositiveIntegerField(help_text="Its turns before this one were copied.")
+    created = models.DateTimeField(auto_now_add=True)
+
+    objects = BranchQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["conversation", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "branch_id"], name="branch_unique_id")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id}:{self.branch_id}"
+
+
+class TurnUsage(models.Model):
+    """What one user turn of a branch used, as `AdvancedSQLiteSession.store_run_usage` stores
+    it: the latest run's usage of the turn replaces the one before (a paused run stores what
+    it used so far, its resumption the whole)."""
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="turn_usage", db_index=False
+    )
+    branch = models.CharField(max_length=BRANCH_ID_MAX_LENGTH)
+    turn = models.PositiveIntegerField()
+    requests = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    total_tokens = models.PositiveBigIntegerField(default=0)
+    input_tokens_details = models.JSONField(null=True, blank=True)
+    output_tokens_details = models.JSONField(null=True, blank=True)
+    # The run that stored it, when the site's engine did (not part of the SDK's table).
+    run = models.ForeignKey(
+        "approvals.AgentRun",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="turn_usage",
+    )
+    created = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["conversation", "branch", "turn"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "branch", "turn"], name="turn_usage_unique_turn"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id}:{self.branch}#{self.turn}"
+
+
+class RunBranch(models.Model):
+    """The branch a run was started on, when it is not "main" (a run with no row belongs to
+    "main": the runs from before branches, and every run of a conversation never forked).
+    The chat shows the runs of the branch it shows. `AgentRun` lives in approvals/; this
+    keeps the branch beside the conversation it is a branch of."""
+
+    run = models.OneToOneField(
+        "approvals.AgentRun",
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="branch_link",
+    )
+    branch = models.CharField(max_length=BRANCH_ID_MAX_LENGTH)
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} on {self.branch}"
+
+
+def run_branch(run: Any) -> str:
+    """The branch `run` (an `AgentRun`) was started on: its `RunBranch`, else "main". Loaded
+    with the run when it was fetched with `select_related("branch_link")`."""
+    try:
+        link = run.branch_link
+    except models.ObjectDoesNotExist:
+        return MAIN_BRANCH
+    return str(link.branch) if link is not None else MAIN_BRANCH

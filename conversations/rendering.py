@@ -17,6 +17,8 @@ from datetime import datetime
 from typing import Any
 
 import nh3
+from django.db.models import Exists, OuterRef
+from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
@@ -35,7 +37,15 @@ from approvals.models import (
 )
 from common import formatting
 from conversations import items as session_items
-from conversations.models import Conversation
+from conversations.models import (
+    MAIN_BRANCH,
+    Branch,
+    Conversation,
+    SessionItem,
+    branch_label,
+    on_branch,
+    run_branch,
+)
 from engine import registry
 from engine.permissions import can_view_traces, is_reviewer
 
@@ -91,6 +101,19 @@ HISTORY_ITEMS_SHOWN = 400
 
 
 @dataclass
+class Edit:
+    """A user message's Edit control: what it posts to and what its box holds (the message,
+    or what she typed, with why it was refused)."""
+
+    url: str
+    turn: int
+    branch: str
+    text: str
+    error: str = ""
+    open: bool = False
+
+
+@dataclass
 class Entry:
     """One thing shown in the chat: a message, or a compact note about a tool call."""
 
@@ -102,6 +125,9 @@ class Entry:
     # The end user's rating of the run whose reply this is (`conversations.feedback`): set
     # on the last reply of each finished turn, for the page that shows its buttons.
     rating: Any = None
+    # A user message's turn on its branch (0: not known), and its Edit control.
+    turn: int = 0
+    edit: Edit | None = None
 
 
 def _handoff_target(output: str) -> str | None:
@@ -115,8 +141,9 @@ def _handoff_target(output: str) -> str | None:
     return None
 
 
-def entries_for(items: Sequence[Any]) -> list[Entry]:
-    """Chat entries for session items, oldest first.
+def entries_for(items: Sequence[Any], turns: Sequence[int] | None = None) -> list[Entry]:
+    """Chat entries for session items, oldest first; `turns`, each item's turn, numbers
+    the user messages.
 
     A tool call and its output become one note; items people don't read (reasoning, system
     messages, orphaned outputs) are left out.
@@ -126,10 +153,11 @@ def entries_for(items: Sequence[Any]) -> list[Entry]:
         if session_items.kind(item) == "output":
             outputs[str(item.get("call_id"))] = session_items.content_text(item.get("output"))
     entries: list[Entry] = []
-    for item in items:
+    for index, item in enumerate(items):
         kind = session_items.kind(item)
         if kind == "user":
-            entries.append(Entry("user", text=session_items.message_text(item)))
+            turn = turns[index] if turns is not None else 0
+            entries.append(Entry("user", text=session_items.message_text(item), turn=turn))
         elif kind == "assistant":
             text = session_items.message_text(item)
             if text.strip():
@@ -236,6 +264,9 @@ class RunView:
     withdrawable: list[int] = field(default_factory=list)
     # The end user's rating of its reply, once it is finished (`conversations.feedback`).
     rating: Any = None
+    # Its user message's turn (0: not in the session) and Edit control, once it is finished.
+    turn: int = 0
+    edit: Edit | None = None
 
     @property
     def is_active(self) -> bool:
@@ -262,6 +293,17 @@ class RunView:
 
 
 @dataclass
+class BranchChoice:
+    """A version of the conversation the branch switcher offers."""
+
+    branch_id: str
+    label: str
+    current: bool
+    # Where it forked off (the message it starts with a new text), for a made branch.
+    from_turn: int = 0
+
+
+@dataclass
 class History:
     conversation: Conversation
     entries: list[Entry]
@@ -270,6 +312,8 @@ class History:
     unreadable: int = 0
     truncated: bool = False
     title: str = ""
+    # The versions of the conversation, when it has more than one (else empty).
+    branches: list[BranchChoice] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -285,18 +329,34 @@ class LoadedRun:
 
 
 def latest_run(conversation: Conversation) -> LoadedRun | None:
-    """The conversation's newest run (two queries at most)."""
-    run = AgentRun.objects.filter(conversation=conversation).order_by("-created", "-pk").first()
+    """The newest run of the branch the conversation is on (two queries at most)."""
+    run = (
+        AgentRun.objects.filter(conversation=conversation)
+        .filter(on_branch(conversation.current_branch))
+        .order_by("-created", "-pk")
+        .first()
+    )
     return _load(run)
 
 
 def run_for_event(conversation: Conversation, run_id: int) -> LoadedRun | None:
-    return _load(AgentRun.objects.filter(conversation=conversation, pk=run_id).first())
+    """The run an event is about, if it is of the branch the conversation is on (the page
+    shows that one)."""
+    run = (
+        AgentRun.objects.filter(conversation=conversation, pk=run_id)
+        .select_related("branch_link")
+        .first()
+    )
+    if run is None or run_branch(run) != conversation.current_branch:
+        return None
+    return _load(run)
 
 
 def previous_run_pk(run: AgentRun) -> int:
+    """The run before `run` on its branch: the page's slot a new run's block goes into."""
     earlier = (
         AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)
+        .filter(on_branch(run_branch(run)))
         .order_by("-pk")
         .values_list("pk", flat=True)
         .first()
@@ -329,15 +389,21 @@ def _split(items: Sequence[Any], run: AgentRun) -> int | None:
 
 
 def run_view(
-    conversation: Conversation, items: Sequence[Any], loaded: LoadedRun | None
+    conversation: Conversation,
+    items: Sequence[Any],
+    loaded: LoadedRun | None,
+    turns: Sequence[int] | None = None,
 ) -> tuple[list[Any], RunView | None]:
-    """Split the items into earlier history and the latest run's block (if it shows one)."""
+    """Split the items into earlier history and the latest run's block (if it shows one);
+    with `turns` (each item's), the block's message can be edited once the run ended."""
     if loaded is None:
         return list(items), None
     run = loaded.run
     run.conversation = conversation  # the block links to it; spares a query
     start = None if run.status == RunStatus.QUEUED else _split(items, run)
+    number = 0
     if start is not None:
+        number = turns[start] if turns is not None else 0
         before, turn = list(items[:start]), list(items[start + 1 :])
     else:
         # The run's user message is not in the session: not stored yet (queued, just
@@ -357,7 +423,9 @@ def run_view(
         # The status lines name the calls that wait or were just decided (as they will run,
         # a reviewer's edit included); no note of them twice.
         entries = [entry for entry in entries if not (entry.kind == "tool" and entry.pending)]
-    view = RunView(run=run, user_text=run.input, entries=entries)
+    view = RunView(run=run, user_text=run.input, entries=entries, turn=number)
+    if number and run.is_finished:
+        view.edit = edit_for(conversation, number, run.input)
     if run.status in (RunStatus.WAITING, RunStatus.RESUMING):
         edited = _edited_arguments(loaded.requests)
         for request in loaded.requests:
@@ -383,16 +451,60 @@ def build_history(
     items: Sequence[Any],
     loaded: LoadedRun | None,
     unreadable: int = 0,
+    turns: Sequence[int] | None = None,
 ) -> History:
-    before, view = run_view(conversation, items, loaded)
+    """What the chat shows of the branch the conversation is on: `items` (with `turns`,
+    each item's turn, its messages get Edit controls) and its latest run."""
+    before, view = run_view(conversation, items, loaded, turns)
+    entries = entries_for(before, turns[: len(before)] if turns is not None else None)
+    for entry in entries:
+        if entry.turn:
+            entry.edit = edit_for(conversation, entry.turn, entry.text)
     return History(
         conversation=conversation,
-        entries=entries_for(before),
+        entries=entries,
         run=view,
         latest_run_pk=loaded.run.pk if loaded is not None else 0,
         unreadable=unreadable,
         title=display_title(conversation, items, view.run if view is not None else None),
     )
+
+
+def edit_for(conversation: Conversation, turn: int, text: str) -> Edit:
+    return Edit(
+        url=reverse("chat_edit", args=[conversation.session_id, turn]),
+        turn=turn,
+        branch=conversation.current_branch,
+        text=text,
+    )
+
+
+def branch_choices(conversation: Conversation) -> list[BranchChoice]:
+    """The versions of a conversation that was ever forked, oldest first: "Original" and
+    each fork that has messages (the one it is on, even before its first message is
+    stored). Two small queries; none for a conversation never forked (`forked`, when the
+    caller annotated it)."""
+    if not getattr(conversation, "forked", True):
+        return []
+    items = SessionItem.objects.filter(conversation=conversation)
+    made = list(
+        Branch.objects.filter(conversation=conversation)
+        .annotate(used=Exists(items.filter(branch=OuterRef("branch_id"))))
+        .order_by("id")
+        .values_list("branch_id", "from_turn", "used")
+    )
+    if not made:
+        return []
+    current = conversation.current_branch
+    choices = []
+    if current == MAIN_BRANCH or items.filter(branch=MAIN_BRANCH).exists():
+        choices.append(BranchChoice(MAIN_BRANCH, branch_label(MAIN_BRANCH), current == MAIN_BRANCH))
+    choices.extend(
+        BranchChoice(branch_id, branch_label(branch_id), branch_id == current, from_turn)
+        for branch_id, from_turn, used in made
+        if used or branch_id == current
+    )
+    return choices if len(choices) > 1 else []
 
 
 # --- The header -----------------------------------------------------------------------------

@@ -9,7 +9,8 @@ cost about 20 times these queries, and the goal is to be as fast as the SDK's
 (`compaction_*`) are plain SQL because they are the adapter, as `SQLiteSession`'s own snapshot
 is: they read payloads as stored, so that a row that cannot be decoded is seen, never deleted.
 
-Every statement on a session's rows picks them with `of_session` (its parameters first).
+Every statement on a session's rows picks them with `of_branch` (its parameters first: the
+session's branch, else the conversation's current one).
 """
 
 from __future__ import annotations
@@ -17,82 +18,182 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentsite.db.sql import column, json_placeholder, per_vendor, table
-from conversations.models import Conversation, SessionItem
+from conversations.models import MAIN_BRANCH, Conversation, RunBranch, SessionItem, TurnUsage
 
 
 @dataclass(frozen=True)
 class Statements:
-    # Params: session id. Every payload, oldest first ("get_items" without a limit; turn
-    # overhead: the SDK reads the whole history).
+    # Each read or pop names its branch by the parameters `of_branch(session id, branch or
+    # None)`: with None, the conversation's current branch is read in the same statement (a
+    # session that follows its conversation), else the branch given (a run's session keeps
+    # its own).
+    #
+    # Params: of_branch. Every payload of the branch, oldest first ("get_items" without a
+    # limit; turn overhead: the SDK reads the whole history).
     all_items: str
-    # Params: session id, limit. The newest `limit` payloads, newest first (session store:
-    # "get_items(limit=20)", flat up to 100,000 items).
+    # Params: of_branch, limit. The newest `limit` payloads of the branch, newest first
+    # (session store: "get_items(limit=20)", flat up to 100,000 items).
     last_items: str
-    # Params: conversation pk, payload (JSON text), created (session store: "add_items").
+    # The same, each payload with its turn: what the chat page reads (its edit controls
+    # name the turn of each message).
+    last_items_with_turns: str
+    # Params: conversation pk, branch, turn, message type, tool name, payload (JSON text),
+    # created (session store: "add_items").
     insert_item: str
-    # Params: session id. Deletes the newest item, returning its payload (session store:
-    # "pop_item()").
+    # Params: of_branch. Deletes the branch's newest item, returning its payload, turn,
+    # message type, branch and conversation pk (session store: "pop_item()").
     pop_item: str
-    # Params: updated, conversation pk, session id: the write lock on one conversation,
-    # taken by its cached pk, which is checked (session store: "add_items").
+    # Params: conversation pk, branch, turn. A turn's usage, once its user message was popped
+    # (the first item of its turn: the turn is empty).
+    drop_turn_usage: str
+    # Params: conversation pk, branch, conversation pk, branch. Turn 0's usage, once the
+    # branch is empty (turn 0 items come before any other).
+    drop_usage_of_empty_branch: str
+    # Params: run id, conversation pk. Records the branch a new run starts on, when its
+    # conversation is not on "main" (`session.place_run`; turn overhead: through the ORM, a
+    # read of the branch and an insert).
+    place_run: str
+    # Params: conversation pk, branch, requests, input, output and total tokens, input and
+    # output token details (JSON text or None), run id or None, created, conversation pk,
+    # branch, branch. A turn's usage, replaced: the branch's newest item's turn, read in the same
+    # statement; nothing when the branch has none (`record_turn_usage`; turn overhead: through
+    # the ORM, the read and `bulk_create`'s upsert cost about 1 ms a turn).
+    store_turn_usage: str
+    # Params: updated, conversation pk, session id, branch or None; returns the current
+    # branch and the turn of the newest item of the branch (of the given one, else of the
+    # current one; None when it has none): the write lock on one conversation, taken by its
+    # cached pk, which is checked, and what an append numbers its items' turns from, in one
+    # statement (session store: "add_items").
     touch_by_pk: str
-    # Params: updated, session id; returns the pk: the same lock, found by session id (the
-    # first write of a session; a pop on PostgreSQL) (session store: "add_items", "pop_item()").
+    # Params: updated, session id, branch or None; returns the pk, the current branch and
+    # the newest turn: the same lock, found by session id (the first write of a session; a
+    # pop on PostgreSQL) (session store: "add_items", "pop_item()").
     touch_by_session: str
-    # Params: session id, limit. The newest `limit` rows as (id, payload), newest first: what
+    # Params: `of_branch`, limit. The newest `limit` rows as (id, payload), newest first: what
     # compaction reads, and reads again under the lock before it replaces them.
     compaction_rows: str
-    # Params: session id, id, limit. The oldest `limit` rows older than `id`, as (id, payload),
+    # Params: `of_branch`, id, limit. The oldest `limit` rows older than `id`, as (id, payload),
     # oldest first: the expired prefix the encrypted session asks compaction to prune.
     compaction_prefix: str
-    # Params: session id, id. Deletes the rows older than or at `id` (the pruned prefix).
+    # Params: `of_branch`, id. Deletes the rows older than or at `id` (the pruned prefix).
     compaction_delete_through: str
-    # Params: session id, id. Deletes the rows from `id` on (the replaced suffix).
+    # Params: `of_branch`, id. Deletes the rows from `id` on (the replaced suffix).
     compaction_delete_from: str
+
+
+def of_branch(session_id: str, branch: str | None) -> list[str | None]:
+    """The parameters naming a session's branch in a read or a pop."""
+    return [session_id, branch, session_id, branch, session_id]
 
 
 @per_vendor
 def statements() -> Statements:
-    items, conversations = table(SessionItem), table(Conversation)
+    items, conversations, usage = table(SessionItem), table(Conversation), table(TurnUsage)
     item_id, payload = column(SessionItem, "id"), column(SessionItem, "payload")
+    item_conversation, branch = column(SessionItem, "conversation"), column(SessionItem, "branch")
+    turn = column(SessionItem, "turn")
     conversation_id, updated = column(Conversation, "id"), column(Conversation, "updated")
-    session_id = column(Conversation, "session_id")
-    # A scalar subquery, not a join: the planner then knows it reads one conversation and
-    # walks the (conversation, id) index, where a join may walk every item of every
-    # conversation newest-first (PostgreSQL does).
-    of_session = (
-        f"{column(SessionItem, 'conversation')} = "
-        f"(SELECT {conversation_id} FROM {conversations} WHERE {session_id} = %s)"
+    session_id, current = column(Conversation, "session_id"), column(Conversation, "current_branch")
+    # Scalar subqueries, not a join: the planner then knows it reads one conversation's
+    # branch and walks the (conversation, branch, id) index, where a join may walk every item
+    # of every conversation newest-first (PostgreSQL does).
+    #
+    # The branch is bounded from both sides rather than compared equal, and the order names
+    # it: with an equality, PostgreSQL drops the branch from the order (it is fixed) and
+    # then found walking the primary key newest-first, every conversation's items, as cheap
+    # as this index on a small table (seen in tests/test_session.py); a range keeps the
+    # branch in the order, which only this index gives without a sort.
+    the_branch = f"COALESCE(%s, (SELECT {current} FROM {conversations} WHERE {session_id} = %s))"
+    of_branch = (
+        f"{item_conversation} = (SELECT {conversation_id} FROM {conversations} "
+        f"WHERE {session_id} = %s) AND {branch} >= {the_branch} AND {branch} <= {the_branch}"
     )
+    # In the RETURNING of the lock: the branch's newest item, on the same index.
+    newest_turn = (
+        f"(SELECT {turn} FROM {items} "
+        f"WHERE {item_conversation} = {conversations}.{conversation_id} "
+        f"AND {branch} = COALESCE(%s, {conversations}.{current}) ORDER BY {item_id} DESC LIMIT 1)"
+    )
+    usage_of_turn = (
+        f"{column(TurnUsage, 'conversation')} = %s AND {column(TurnUsage, 'branch')} = %s "
+        f"AND {column(TurnUsage, 'turn')}"
+    )
+    newest_first = f"{branch} DESC, {item_id} DESC"
+    run_branches, usage_columns = (
+        table(RunBranch),
+        [
+            column(TurnUsage, name)
+            for name in (
+                "conversation",
+                "branch",
+                "turn",
+                "requests",
+                "input_tokens",
+                "output_tokens",
+                "total_tokens",
+                "input_tokens_details",
+                "output_tokens_details",
+                "run",
+                "created",
+            )
+        ],
+    )
+    replaced = ", ".join(f"{name} = excluded.{name}" for name in usage_columns[3:])
     return Statements(
-        all_items=f"SELECT {payload} FROM {items} WHERE {of_session} ORDER BY {item_id}",
+        place_run=(
+            f"INSERT INTO {run_branches} ({column(RunBranch, 'run')}, "
+            f"{column(RunBranch, 'branch')}) SELECT %s, {current} FROM {conversations} "
+            f"WHERE {conversation_id} = %s AND {current} <> '{MAIN_BRANCH}'"
+        ),
+        store_turn_usage=(
+            f"INSERT INTO {usage} ({', '.join(usage_columns)}) "
+            f"SELECT %s, %s, {turn}, %s, %s, %s, %s, {json_placeholder()}, "
+            f"{json_placeholder()}, %s, %s FROM {items} "
+            f"WHERE {item_conversation} = %s AND {branch} >= %s AND {branch} <= %s "
+            f"ORDER BY {branch} DESC, {item_id} DESC LIMIT 1 "
+            f"ON CONFLICT ({', '.join(usage_columns[:3])}) DO UPDATE SET {replaced}"
+        ),
+        all_items=(f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {branch}, {item_id}"),
         last_items=(
-            f"SELECT {payload} FROM {items} WHERE {of_session} ORDER BY {item_id} DESC LIMIT %s"
+            f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {newest_first} LIMIT %s"
+        ),
+        last_items_with_turns=(
+            f"SELECT {payload}, {turn} FROM {items} WHERE {of_branch} "
+            f"ORDER BY {newest_first} LIMIT %s"
         ),
         insert_item=(
-            f"INSERT INTO {items} ({column(SessionItem, 'conversation')}, {payload}, "
-            f"{column(SessionItem, 'created')}) VALUES (%s, {json_placeholder()}, %s)"
+            f"INSERT INTO {items} ({item_conversation}, {branch}, {turn}, "
+            f"{column(SessionItem, 'message_type')}, {column(SessionItem, 'tool_name')}, "
+            f"{payload}, {column(SessionItem, 'created')}) "
+            f"VALUES (%s, %s, %s, %s, %s, {json_placeholder()}, %s)"
         ),
         pop_item=(
             f"DELETE FROM {items} WHERE {item_id} = (SELECT {item_id} FROM {items} "
-            f"WHERE {of_session} ORDER BY {item_id} DESC LIMIT 1) RETURNING {payload}"
+            f"WHERE {of_branch} ORDER BY {newest_first} LIMIT 1) RETURNING {payload}, {turn}, "
+            f"{column(SessionItem, 'message_type')}, {branch}, {item_conversation}"
+        ),
+        drop_turn_usage=f"DELETE FROM {usage} WHERE {usage_of_turn} = %s",
+        drop_usage_of_empty_branch=(
+            f"DELETE FROM {usage} WHERE {usage_of_turn} = 0 AND NOT EXISTS (SELECT 1 "
+            f"FROM {items} WHERE {item_conversation} = %s AND {branch} = %s)"
         ),
         touch_by_pk=(
             f"UPDATE {conversations} SET {updated} = %s "
-            f"WHERE {conversation_id} = %s AND {session_id} = %s"
+            f"WHERE {conversation_id} = %s AND {session_id} = %s "
+            f"RETURNING {current}, {newest_turn}"
         ),
         touch_by_session=(
             f"UPDATE {conversations} SET {updated} = %s WHERE {session_id} = %s "
-            f"RETURNING {conversation_id}"
+            f"RETURNING {conversation_id}, {current}, {newest_turn}"
         ),
         compaction_rows=(
-            f"SELECT {item_id}, {payload} FROM {items} WHERE {of_session} "
-            f"ORDER BY {item_id} DESC LIMIT %s"
+            f"SELECT {item_id}, {payload} FROM {items} WHERE {of_branch} "
+            f"ORDER BY {newest_first} LIMIT %s"
         ),
         compaction_prefix=(
-            f"SELECT {item_id}, {payload} FROM {items} WHERE {of_session} AND {item_id} < %s "
-            f"ORDER BY {item_id} LIMIT %s"
+            f"SELECT {item_id}, {payload} FROM {items} WHERE {of_branch} AND {item_id} < %s "
+            f"ORDER BY {branch}, {item_id} LIMIT %s"
         ),
-        compaction_delete_through=f"DELETE FROM {items} WHERE {of_session} AND {item_id} <= %s",
-        compaction_delete_from=f"DELETE FROM {items} WHERE {of_session} AND {item_id} >= %s",
+        compaction_delete_through=f"DELETE FROM {items} WHERE {of_branch} AND {item_id} <= %s",
+        compaction_delete_from=f"DELETE FROM {items} WHERE {of_branch} AND {item_id} >= %s",
     )

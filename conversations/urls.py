@@ -13,6 +13,8 @@ urlpatterns = [
     path("chats/<key:session_id>/undo/", views.chat_undo, name="chat_undo"),
     path("chats/<key:session_id>/clear/", views.chat_clear, name="chat_clear"),
     path("chats/<key:session_id>/rename/", views.chat_rename, name="chat_rename"),
+    path("chats/<key:session_id>/turns/<int:turn>/edit/", views.chat_edit, name="chat_edit"),
+    path("chats/<key:session_id>/branches/", views.chat_branch, name="chat_branch"),
     path("chats/<key:session_id>/runs/<int:pk>/stop/", views.chat_stop, name="chat_stop"),
     path(
         "chats/<key:session_id>/runs/<int:pk>/feedback/",

@@ -17,10 +17,10 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import BadRequest, RequestDataTooBig
 from django.core.paginator import Paginator
 from django.db import DatabaseError, models, transaction
-from django.db.models import OuterRef, Subquery
+from django.db.models import Exists, OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, redirect, render
@@ -29,25 +29,42 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from agentsite.db import pool
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
 from common import formatting
 from common.http import HtmxHttpRequest
 from conversations import feedback
-from conversations.forms import FeedbackForm, MessageForm, NewConversationForm, RenameForm
+from conversations.forms import (
+    EditForm,
+    FeedbackForm,
+    MessageForm,
+    NewConversationForm,
+    RenameForm,
+    SwitchForm,
+)
 from conversations.items import is_user_message, message_text
-from conversations.models import Conversation, SessionItem
+from conversations.models import Branch, Conversation, SessionItem, branch_label, on_branch
 from conversations.rendering import (
     HISTORY_ITEMS_SHOWN,
+    Edit,
     History,
     answering,
+    branch_choices,
     build_history,
     display_title,
     latest_run,
     shows_calls,
 )
-from conversations.session import UnreadableSessionItem, open_session
+from conversations.session import (
+    MAX_TURN,
+    UnreadableSessionItem,
+    branching,
+    fork,
+    open_session,
+    switch,
+)
 from engine import registry, runs
 from engine.permissions import is_reviewer
 
@@ -91,17 +108,43 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def _get_conversation_for_user(request: HttpRequest, session_id: str) -> Conversation:
-    """The conversation, if it is the user's; any other one is a 404, so none is revealed."""
-    return get_object_or_404(Conversation.objects.owned_by(request.user), session_id=session_id)
+    """The conversation, if it is the user's; any other one is a 404, so none is revealed.
+    `forked`: whether it has versions to switch between (the switcher reads them then)."""
+    mine = Conversation.objects.owned_by(request.user).annotate(
+        forked=Exists(Branch.objects.filter(conversation=OuterRef("pk")))
+    )
+    return get_object_or_404(mine, session_id=session_id)
 
 
-def _history(conversation: Conversation) -> History:
+@dataclass
+class _Editing:
+    """An edit that was refused: the message it was for, what she typed, and why."""
+
+    turn: int
+    text: str
+    error: str
+    # Shown in its message's Edit control (else the page says it as a notice).
+    shown: bool = False
+
+
+def _history(conversation: Conversation, editing: _Editing | None = None) -> History:
     session = open_session(conversation.session_id)
-    items = async_to_sync(session.get_items)(HISTORY_ITEMS_SHOWN)
+    # The current branch's items, each with its turn (a message's Edit control names it).
+    rows = async_to_sync(session.get_items_with_turns)(HISTORY_ITEMS_SHOWN)  # type: ignore[attr-defined]
+    items, turns = [item for _, item in rows], [turn for turn, _ in rows]
     # An encrypted session skips items it cannot decrypt; people are told, nothing is dropped.
     unreadable = int(getattr(session, "unreadable_seen", 0))
-    history = build_history(conversation, items, latest_run(conversation), unreadable)
+    history = build_history(conversation, items, latest_run(conversation), unreadable, turns)
     history.truncated = len(items) >= HISTORY_ITEMS_SHOWN
+    history.branches = branch_choices(conversation)
+    if editing is not None:
+        edits = [entry.edit for entry in history.entries] + [
+            history.run.edit if history.run is not None else None
+        ]
+        for edit in edits:
+            if edit is not None and edit.turn == editing.turn:
+                edit.text, edit.error, edit.open = editing.text, editing.error, True
+                editing.shown = True
     return history
 
 
@@ -132,6 +175,7 @@ def _rewind_agent(conversation: Conversation, undone: str) -> None:
     if started is not None:
         current = "" if started == conversation.agent_name else started
         Conversation.objects.filter(pk=conversation.pk).update(current_agent=current)
+        conversation.current_agent = current
 
 
 def _touch(conversation: Conversation) -> None:
@@ -148,8 +192,11 @@ def _chat_page(
     status: int = 200,
     busy: str = "",
     ratings: dict[int, feedback.Rating] | None = None,
+    editing: _Editing | None = None,
 ) -> HttpResponse:
-    history = _history(conversation)
+    history = _history(conversation, editing)
+    if editing is not None and not editing.shown:
+        messages.error(request, editing.error)
     feedback.attach(history, request.user, ratings)
     context = {
         "conversation": conversation,
@@ -176,8 +223,11 @@ def chats(request: HttpRequest) -> HttpResponse:
 
 
 def _chats_page(request: HttpRequest, status: int = 200) -> HttpResponse:
+    # The first message of the version each conversation is on.
     first_message = (
-        SessionItem.objects.filter(conversation=OuterRef("pk"), payload__role="user")
+        SessionItem.objects.filter(
+            conversation=OuterRef("pk"), branch=OuterRef("current_branch"), payload__role="user"
+        )
         .order_by("id")
         .values("payload")[:1]
     )
@@ -287,35 +337,46 @@ _View = Callable[..., HttpResponse]
 TOO_LONG = f"The message is too long (at most {runs.MAX_INPUT_CHARS} characters)."
 
 
-def _too_long_beyond_the_upload_limit(view: _View) -> _View:
-    """A message whose body is beyond `DATA_UPLOAD_MAX_MEMORY_SIZE` is refused as too long,
-    the way `runs.start_run` refuses a long one, instead of with Django's bare 400 page
-    (which the htmx composer shows as nothing). CSRF middleware reads the body before any
-    view, so the view is exempt from it and checks the token itself, after the size: a
-    refusal changes nothing. The text is not sent back (reading it is what the limit stops):
-    the htmx composer keeps it in the page, as only its note is swapped for the error."""
-    protected = csrf_protect(view)
+def _too_long_beyond_the_upload_limit(
+    refuse: Callable[..., HttpResponse],
+) -> Callable[[_View], _View]:
+    """A message whose body is beyond `DATA_UPLOAD_MAX_MEMORY_SIZE` is refused as too long
+    (`refuse(request, conversation, **the URL's other arguments)`), the way
+    `runs.start_run` refuses a long one, instead of with Django's bare 400 page (which htmx
+    shows as nothing). CSRF middleware
+    reads the body before any view, so the view is exempt from it and checks the token
+    itself, after the size: a refusal changes nothing. The text is not sent back (reading it
+    is what the limit stops): the htmx form keeps it in the page."""
 
-    @wraps(view)
-    def wrapper(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-        try:
-            request.POST  # noqa: B018  (parsed here, within the limit, or refused)
-        except RequestDataTooBig:
-            # As Django's own handler does, so that POST reads as empty from here on.
-            request._mark_post_parse_error()  # type: ignore[attr-defined]
-            conversation = _get_conversation_for_user(request, session_id)
-            form = MessageForm({"text": ""})
-            form.add_error("text", TOO_LONG)
-            if request.htmx:
-                response = render(request, "conversations/chat.html#composer-note", {"form": form})
-                response["HX-Retarget"] = "#composer-note"
-                response["HX-Reswap"] = "outerHTML"
-                return response
-            return _refused(request, conversation, form, status=400)
-        return protected(request, session_id)
+    def decorate(view: _View) -> _View:
+        protected = csrf_protect(view)
 
-    wrapper.csrf_exempt = True  # type: ignore[attr-defined]
-    return wrapper
+        @wraps(view)
+        def wrapper(request: HtmxHttpRequest, session_id: str, **kwargs: Any) -> HttpResponse:
+            try:
+                request.POST  # noqa: B018  (parsed here, within the limit, or refused)
+            except RequestDataTooBig:
+                # As Django's own handler does, so that POST reads as empty from here on.
+                request._mark_post_parse_error()  # type: ignore[attr-defined]
+                conversation = _get_conversation_for_user(request, session_id)
+                return refuse(request, conversation, **kwargs)
+            return protected(request, session_id, **kwargs)
+
+        wrapper.csrf_exempt = True  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+def _message_too_big(request: HtmxHttpRequest, conversation: Conversation) -> HttpResponse:
+    form = MessageForm({"text": ""})
+    form.add_error("text", TOO_LONG)
+    if request.htmx:
+        response = render(request, "conversations/chat.html#composer-note", {"form": form})
+        response["HX-Retarget"] = "#composer-note"
+        response["HX-Reswap"] = "outerHTML"
+        return response
+    return _refused(request, conversation, form, status=400)
 
 
 def _refused_when_busy(view: _View) -> _View:
@@ -352,7 +413,7 @@ def _refused_when_busy(view: _View) -> _View:
 @_refused_when_busy
 @login_required
 @require_POST
-@_too_long_beyond_the_upload_limit
+@_too_long_beyond_the_upload_limit(_message_too_big)
 def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Start a run on the message. Refused, with the text kept, when it is empty or too long,
     or while the conversation's last run is still going."""
@@ -505,6 +566,164 @@ def chat_rename(request: HttpRequest, session_id: str) -> HttpResponse:
     # Renaming is not activity: the list keeps its order.
     conversation.save(update_fields=["title"])
     messages.success(request, "Renamed." if conversation.title else "The title was removed.")
+    return redirect("chat", session_id=session_id)
+
+
+# --- versions: edit an earlier message, switch between versions ---------------------------
+
+EDIT_BUSY = "The agent is still answering: you can edit a message once it has replied."
+EDIT_WAITING = (
+    "Your last request waits for a reviewer's approval: withdraw it, or wait until it is "
+    "decided, to edit a message."
+)
+EDIT_MOVED = (
+    "This conversation was switched to another version meanwhile (in another window?): here "
+    "it is now. Edit the message again if you still want to."
+)
+NO_SUCH_TURN = "There is no message {turn} in this version of the conversation to edit."
+SWITCH_BUSY = "You can switch versions once the agent has finished."
+NO_SUCH_BRANCH = "That version of the conversation has no messages any more."
+
+
+def _edit_too_big(request: HtmxHttpRequest, conversation: Conversation, turn: int) -> HttpResponse:
+    return _edit_refused(request, conversation, _Editing(turn, "", TOO_LONG), status=400)
+
+
+def _edit_refused(
+    request: HtmxHttpRequest, conversation: Conversation, editing: _Editing, *, status: int
+) -> HttpResponse:
+    """A refused edit, with its text and why: for htmx, its Edit control alone (swapped, so
+    200); else the chat page with it open."""
+    if request.htmx:
+        edit = Edit(
+            url=reverse("chat_edit", args=[conversation.session_id, editing.turn]),
+            turn=editing.turn,
+            branch=conversation.current_branch,
+            text=editing.text,
+            error=editing.error,
+            open=True,
+        )
+        return render(request, "conversations/chat.html#edit", {"edit": edit})
+    return _chat_page(request, conversation, status=status, editing=editing)
+
+
+@login_required
+@require_POST
+@_too_long_beyond_the_upload_limit(_edit_too_big)
+def chat_edit(request: HtmxHttpRequest, session_id: str, turn: int) -> HttpResponse:
+    """The owner edits her message `turn`: the conversation forks from there (a new version,
+    `create_branch_from_turn`, which keeps the turns before it) and the edited text is sent
+    as that turn, on the new version, in the same transaction. The version she edited stays,
+    one click away. Refused while the conversation is busy, and with what she typed kept."""
+    conversation = _get_conversation_for_user(request, session_id)
+    form = EditForm(request.POST)
+    if not form.is_valid():
+        raise BadRequest("An edit names the version of the conversation it was made in.")
+    text, shown_branch = form.cleaned_data["text"], form.cleaned_data["branch"]
+    editing = _Editing(turn, text, "")
+    status = 400
+    try:
+        with transaction.atomic():
+            # As chat_send: a second edit or a send queues on this lock and finds it busy.
+            current = (
+                Conversation.objects.select_for_update()
+                .filter(pk=conversation.pk)
+                .values_list("current_branch", flat=True)
+                .get()
+            )
+            busy = _busy_message(conversation)
+            if busy:
+                status = 409
+                raise _Busy(EDIT_WAITING if busy == BUSY_WAITING else EDIT_BUSY)
+            if current != shown_branch:
+                messages.info(request, EDIT_MOVED)
+                return redirect("chat", session_id=session_id)
+            conversation.current_branch = current
+            original = _turn_message(conversation, turn)
+            if original is None:
+                raise ValueError(NO_SUCH_TURN.format(turn=turn))
+            branch = Branch.objects.next_edit_id(conversation.pk)
+            fork(conversation, turn, branch)
+            conversation.current_branch = branch
+            # As after an undo back to that message: the agent it was sent to answers.
+            _rewind_agent(conversation, original)
+            runs.start_run(conversation, text, request.user)
+    except _Busy as refusal:
+        editing.error = str(refusal)
+    except runs.RateLimited as limit:
+        editing.error, status = str(limit), 429
+    except ValueError as error:  # empty or too long, no such message
+        editing.error = str(error)
+    except registry.UnknownAgent:
+        editing.error = (
+            f"The agent of this conversation ({conversation.agent_name}) is no longer "
+            "available. Start a new conversation."
+        )
+    if editing.error:
+        return _edit_refused(request, conversation, editing, status=status)
+    url = reverse("chat", args=[session_id]) + "#composer"
+    if request.htmx:
+        return HttpResponseClientRedirect(url)
+    return redirect(url)
+
+
+def _turn_message(conversation: Conversation, turn: int) -> str | None:
+    """The text of the user message that starts `turn` on the conversation's branch, read
+    through its session (decrypted when it is encrypted); None when there is none."""
+    session = open_session(conversation.session_id)
+    branches = branching(session)
+    payload = (
+        SessionItem.objects.filter(
+            conversation=conversation,
+            branch=conversation.current_branch,
+            turn=turn,
+            message_type="user",
+        )
+        .values_list("payload", flat=True)
+        .first()
+        if 0 < turn <= MAX_TURN
+        else None
+    )
+    if payload is None:
+        return None
+    return message_text(branches._read_content(payload))
+
+
+@login_required
+@require_POST
+def chat_branch(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The owner switches the conversation to another of its versions: the page shows it,
+    and her next message goes on it. Refused while the conversation is busy."""
+    conversation = _get_conversation_for_user(request, session_id)
+    form = SwitchForm(request.POST)
+    if not form.is_valid():
+        raise BadRequest("Choose a version of the conversation.")
+    branch = form.cleaned_data["branch"]
+    with transaction.atomic():
+        list(
+            Conversation.objects.select_for_update()
+            .filter(pk=conversation.pk)
+            .values_list("pk", flat=True)
+        )
+        if _busy_message(conversation):
+            messages.error(request, SWITCH_BUSY)
+            return redirect("chat", session_id=session_id)
+        try:
+            switch(conversation, branch)
+        except ValueError:
+            messages.error(request, NO_SUCH_BRANCH)
+            return redirect("chat", session_id=session_id)
+        # The agent that started that version's latest turn answers its next one.
+        started = (
+            AgentRun.objects.filter(conversation=conversation)
+            .filter(on_branch(branch))
+            .order_by("-created", "-pk")
+            .values_list("agent_name", flat=True)
+            .first()
+        )
+        current_agent = "" if started in (None, conversation.agent_name) else started
+        Conversation.objects.filter(pk=conversation.pk).update(current_agent=current_agent)
+    messages.success(request, f"Now showing: {branch_label(branch)}.")
     return redirect("chat", session_id=session_id)
 
 

@@ -78,8 +78,8 @@ from approvals.models import (
 )
 from common import formatting
 from conversations.items import is_user_message, message_text, parse_arguments
-from conversations.models import Conversation
-from conversations.session import open_session, rewrite_items
+from conversations.models import Conversation, run_branch
+from conversations.session import open_session, place_run, record_turn_usage, rewrite_items
 from engine import calls as paused_calls
 from engine import context as run_context
 from engine import (
@@ -201,6 +201,9 @@ def start_run(
         # starts, recovery takes the run over at once (the claim lets one copy proceed).
         process=heartbeat.owner() if settings.AGENTSITE_EXECUTOR == "inprocess" else "",
     )
+    # A run belongs to the branch the conversation is on as it starts: its session writes
+    # there, and the chat shows it with that branch.
+    place_run(run)
     run_id, conversation_id = run.pk, conversation.pk
     # After the caller's transaction commits (the chat view holds the conversation's lock),
     # or now when there is none: the INSERT above committed by itself.
@@ -391,6 +394,7 @@ async def _drive(
         owner=conversation.owner_id,
         agent_name=run.agent_name,
         conversation_pk=conversation.pk,
+        branch=run_branch(run),
     )
     result: RunResultStreaming | None = None
     stopper: _Stopper | None = None
@@ -893,6 +897,12 @@ def _usage(result: RunResultStreaming | None) -> dict[str, int]:
     }
 
 
+def _store_turn_usage(run: AgentRun, result: RunResultStreaming) -> None:
+    """What the run used so far, as its turn's usage in the session (the SDK's
+    `store_run_usage`, on the run's branch): a resumed run's usage holds its pause's."""
+    record_turn_usage(run.conversation_id, run_branch(run), result.context_wrapper.usage, run.pk)
+
+
 def _trace_id(result: RunResultStreaming | None) -> str:
     trace = getattr(result, "trace", None)
     return str(getattr(trace, "trace_id", "") or "")
@@ -931,6 +941,7 @@ def _save_completion(run: AgentRun, result: RunResultStreaming) -> _Outcome:
         if saved:
             recording.follow_run(run, RunStatus.COMPLETED)
             _follow_agent(run, result)
+            _store_turn_usage(run, result)
             signals.run_completed.send(sender=AgentRun, run_id=run.pk)
     completed = _Outcome(events=[_run_updated(run.pk, run.conversation_id, RunStatus.COMPLETED)])
     if not saved:
@@ -1084,6 +1095,7 @@ def _save_pause(
                 )
             recording.follow_run(run, status)
             _follow_agent(run, result)
+            _store_turn_usage(run, result)
             if resuming:
                 transaction.on_commit(lambda: executor.submit("resume", run.pk))
     except IntegrityError as exc:
@@ -1189,7 +1201,9 @@ def _claim_sync(run_id: int, expected: str) -> AgentRun | None:
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
         return None
-    return AgentRun.objects.select_related("conversation", "requested_by").get(pk=run_id)
+    return AgentRun.objects.select_related("conversation", "requested_by", "branch_link").get(
+        pk=run_id
+    )
 
 
 def _claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
@@ -1208,7 +1222,7 @@ def _claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
         if not claimed:
             logger.info("Run %s was not resuming (or already taken); left alone.", run_id)
             return None
-        run = AgentRun.objects.select_related("conversation").get(pk=run_id)
+        run = AgentRun.objects.select_related("conversation", "branch_link").get(pk=run_id)
         with connection.cursor() as cursor:
             cursor.execute(sql.consume, [run.pk, run.pause_count, _nonce(run.state), now])
             first_use = cursor.rowcount == 1
@@ -1689,6 +1703,7 @@ async def _edit_session_calls(run: AgentRun, edits: dict[str, str]) -> None:
         owner=conversation.owner_id,
         agent_name=run.agent_name,
         conversation_pk=conversation.pk,
+        branch=run_branch(run),
     )
 
     turn_started = False  # items come newest first: older turns' calls stay as they ran

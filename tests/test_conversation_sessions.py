@@ -23,7 +23,7 @@ from approvals.models import (
     DecisionKind,
     RunStatus,
 )
-from conversations.models import Conversation
+from conversations.models import Conversation, RunBranch, TurnUsage
 from tests.factories import (
     T0,
     make_conversation,
@@ -368,8 +368,62 @@ def test_it_reads_the_same_number_of_queries_for_3_turns_as_for_12() -> None:
         )
     assert counts[0] == counts[1], counts
     # The session and the user, two permission checks, the conversation, then the turns:
-    # runs, traces, requests, decisions, tool spans, prices, usage, feedback.
-    assert counts[0] <= 13, counts
+    # runs (with their versions), the session's usage of their turns, traces, requests,
+    # decisions, tool spans, prices, usage, feedback.
+    assert counts[0] <= 14, counts
+
+
+def stored_usage(run: Any, branch: str, number: int, tokens: tuple[int, int]) -> None:
+    """What the session stored for the turn `number` of `branch`, by `run`."""
+    TurnUsage.objects.create(
+        conversation=run.conversation,
+        branch=branch,
+        turn=number,
+        run=run,
+        requests=2,
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
+        total_tokens=sum(tokens),
+        input_tokens_details={"cached_tokens": 40, "cache_write_tokens": 0},
+        output_tokens_details={"reasoning_tokens": 7},
+    )
+
+
+def test_each_turns_session_tokens_and_an_edited_conversations_versions_are_shown() -> None:
+    price()
+    conversation = make_conversation(owner=make_user(), current_branch="edit-1")
+    first = turn(conversation, "hello", at=T0)
+    second = turn(conversation, "where is order 7", at=T0 + timedelta(minutes=1))
+    edited = turn(conversation, "where is order 8", at=T0 + timedelta(minutes=2))
+    RunBranch.objects.create(run=edited, branch="edit-1")
+    stored_usage(first, "main", 1, (100, 20))
+    stored_usage(second, "main", 2, (300, 30))
+    stored_usage(edited, "edit-1", 2, (310, 31))
+
+    html = page_of(conversation)
+
+    assert text_of(html, "data-turn-version") == [
+        "Original, message 1",
+        "Original, message 2",
+        "Edit 1, message 2",
+    ]
+    assert text_of(html, "data-input-tokens") == [
+        "100 (40 cached)",
+        "300 (40 cached)",
+        "310 (40 cached)",
+    ]
+    assert text_of(html, "data-output-tokens")[2] == "31 (7 reasoning)"
+    assert text_of(html, "data-requests") == ["2", "2", "2"]
+    assert text_of(html, "data-version-tokens") == ["450", "341"]
+    assert "shown to the user" in text_of(html, 'data-version="edit-1"')[0]
+
+
+def test_a_conversation_never_edited_shows_no_versions_but_its_turns_tokens() -> None:
+    conversation = make_conversation(owner=make_user())
+    stored_usage(turn(conversation, "hello", at=T0), "main", 1, (100, 20))
+    html = page_of(conversation)
+    assert 'data-testid="versions"' not in html and "data-turn-version" not in html
+    assert text_of(html, "data-input-tokens") == ["100 (40 cached)"]
 
 
 # --- the page is safe -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from conversations.models import Branch, Conversation, SessionItem
 from tests.factories import (
     make_conversation,
     make_request,
@@ -17,10 +18,13 @@ from tests.factories import (
     make_span,
     make_trace,
     make_user,
+    user_message,
 )
 from tracing.models import Span
 
-pytestmark = pytest.mark.django_db
+# Transactional: the chat pages read their sessions in worker threads, on connections of their
+# own, which see only what was committed.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 # What the policy must say, directive by directive.
 REQUIRED = {
@@ -59,6 +63,25 @@ def admin() -> Any:
     return make_reviewer(username="admin")
 
 
+def forked_conversation(owner: Any) -> Conversation:
+    """Two exchanges, and a version whose second message was edited (its Edit controls and
+    the versions switcher on the page)."""
+    conversation = make_conversation(owner=owner, current_branch="edit-1")
+    reply = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "ok"}],
+    }
+    for branch, items in (
+        ("main", [user_message("one"), reply, user_message("two"), reply]),
+        ("edit-1", [user_message("one"), reply, user_message("two, edited")]),
+    ):
+        for payload in items:
+            SessionItem.objects.create(conversation=conversation, branch=branch, payload=payload)
+    Branch.objects.create(conversation=conversation, branch_id="edit-1", source="main", from_turn=2)
+    return conversation
+
+
 @pytest.fixture
 def pages(admin: Any) -> dict[str, str]:
     """One URL of each kind of page, with something on it."""
@@ -72,6 +95,7 @@ def pages(admin: Any) -> dict[str, str]:
         "login": "/accounts/login/",
         "chats": "/chats/",
         "chat": f"/chats/{conversation.session_id}/",
+        "chat with versions": f"/chats/{forked_conversation(admin).session_id}/",
         "clear": f"/chats/{conversation.session_id}/clear/",
         "inbox": "/inbox/",
         "history": "/inbox/history/",
@@ -113,6 +137,14 @@ def test_fragments_carry_no_inline_code_either(
         assert response.status_code == 200, url
         html = response.content.decode()
         assert html.strip() and inline_code(html) == [], url
+    page = client.get(pages["chat with versions"]).content.decode()
+    assert 'data-testid="versions"' in page and page.count('data-testid="edit-message"') == 2
+    # An edit refused (empty), its control swapped back in.
+    edit_url = f"{pages['chat with versions']}turns/2/edit/"
+    response = client.post(edit_url, {"text": "", "branch": "edit-1"}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200 and "The message is empty." in html
+    assert inline_code(html) == []
 
 
 def test_the_check_finds_inline_code() -> None:

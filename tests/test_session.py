@@ -142,8 +142,9 @@ def test_it_reads_the_last_n_items_in_one_indexed_query() -> None:
         else:
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
         plan = "\n".join(str(row[0] if len(row) == 1 else row) for row in cursor.fetchall())
-    # The planner walks the (conversation, id) index: no scan of the table, no sort step.
-    assert "item_conv_id" in plan
+    # The planner walks the (conversation, branch, id) index: no scan of the table, no sort
+    # step (on PostgreSQL, not the primary key newest-first either: conversations/sql.py).
+    assert "item_conv_branch_id" in plan, plan
     assert "TEMP B-TREE" not in plan and "Sort" not in plan
     assert "SCAN conversations_sessionitem" not in plan
     assert "Seq Scan on conversations_sessionitem" not in plan

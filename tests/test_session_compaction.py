@@ -31,8 +31,9 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from agentsite.db import faithful
 from conversations import session as session_module
-from conversations.models import Conversation
+from conversations.models import Conversation, SessionItem
 from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
 from conversations.sql import statements
 
@@ -120,8 +121,13 @@ async def rows_of(session_id: str) -> list[tuple[int, Any]]:
 def _store_raw(session_id: str, text: str) -> None:
     conversation = Conversation.objects.get(session_id=session_id)
     now = connection.ops.adapt_datetimefield_value(timezone.now())
+    branch = conversation.current_branch
+    newest = SessionItem.objects.filter(conversation=conversation, branch=branch).order_by("-pk")
+    turn = newest.values_list("turn", flat=True).first() or 0
     with connection.cursor() as cursor:
-        cursor.execute(statements().insert_item, [conversation.pk, text, now])
+        cursor.execute(
+            statements().insert_item, [conversation.pk, branch, turn, "other", None, text, now]
+        )
 
 
 async def store_raw(session_id: str, text: str) -> None:
@@ -224,19 +230,35 @@ async def test_a_partial_history_is_not_compacted_by_previous_response_id() -> N
     assert len(await backend.get_items()) == 6
 
 
+async def test_compaction_on_a_branch_replaces_that_branchs_items_only() -> None:
+    backend = DjangoSession("branched")
+    await backend.add_items([user("one"), assistant("1"), user("two"), assistant("2")])
+    await backend.create_branch_from_turn(2, "edit")  # turn 1 copied, now current
+    await backend.add_items([user("two again"), assistant("2 again")])
+
+    snapshot = await backend._get_compaction_snapshot(10)
+    assert snapshot is not None and snapshot.complete
+    assert snapshot.items == [user("one"), assistant("1"), user("two again"), assistant("2 again")]
+    assert await snapshot.replace_suffix(2, [cast(Any, SUMMARY)])
+
+    assert await backend.get_items() == [user("one"), assistant("1"), SUMMARY]
+    await backend.switch_to_branch("main")
+    assert await backend.get_items() == [user("one"), assistant("1"), user("two"), assistant("2")]
+
+
 def hold_the_replacement(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, ...]:
     """Compaction's replacement stops inside its transaction, the suffix deleted and the
     summary not yet written, until `release` is set; `inside` says it got there."""
     inside, release = threading.Event(), threading.Event()
-    insert = session_module._insert_items
+    rows = session_module._item_rows
 
-    def held_insert(cursor: Any, conversation_pk: int, items: Any, now: Any) -> None:
-        if items and items[0].get("type") == "compaction":
+    def held_rows(texts: list[str], *args: Any) -> list[tuple[Any, ...]]:
+        if texts and faithful.decode(json.loads(texts[0])).get("type") == "compaction":
             inside.set()
             assert release.wait(10)
-        insert(cursor, conversation_pk, items, now)
+        return rows(texts, *args)
 
-    monkeypatch.setattr(session_module, "_insert_items", held_insert)
+    monkeypatch.setattr(session_module, "_item_rows", held_rows)
     return inside, release
 
 

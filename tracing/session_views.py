@@ -1,6 +1,8 @@
 """Conversations as sessions, for operators: every conversation with its turns' totals, and
 one conversation as its turns in order (each run: input, reply, tools, approvals, tokens,
-cost, active and waiting time, outcome, the end user's feedback), totals at the top.
+cost, active and waiting time, outcome, the end user's feedback), totals at the top; for a
+conversation its owner edited, each turn's version and turn on it with the tokens its
+session stored for that turn, and the versions' totals.
 
 Access is the trace viewer's (`views.trace_viewer_required`). A page reads a fixed number of
 queries whatever the number of turns: the runs, their traces, requests, decisions, tool
@@ -32,7 +34,13 @@ from approvals.models import (
     RunStatus,
 )
 from common import formatting
-from conversations.models import Conversation
+from conversations.models import (
+    MAIN_BRANCH,
+    Conversation,
+    TurnUsage,
+    branch_label,
+    run_branch,
+)
 from tracing import pricing, redaction
 from tracing.forms import CursorField, make_cursor
 from tracing.models import (
@@ -87,6 +95,30 @@ class Approval:
 
 
 @dataclass
+class TurnTokens:
+    """What a turn used, as the conversation's session stored it (`store_run_usage`: the
+    latest run of that turn of its version, a paused run's pause included)."""
+
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    cached_tokens: int
+    reasoning_tokens: int
+
+
+@dataclass
+class Version:
+    """One version of a conversation that was edited: its turns' tokens summed."""
+
+    branch_id: str
+    label: str
+    current: bool
+    turns: int = 0
+    tokens: int = 0
+
+
+@dataclass
 class Turn:
     number: int
     run: AgentRun
@@ -105,6 +137,11 @@ class Turn:
     outcome_reason: str
     feedback: list[Feedback]
     trace_url: str
+    # Its version of the conversation (a label, when there are several), the turn it is on
+    # that version, and what that turn used (None: not stored, e.g. a failed run).
+    branch: str = ""
+    branch_turn: int = 0
+    usage: TurnTokens | None = None
 
     @property
     def active(self) -> str:
@@ -204,9 +241,13 @@ def conversation_turns(
     now = now or timezone.now()
     runs = list(
         AgentRun.objects.filter(conversation=conversation)
-        .select_related("requested_by")
+        .select_related("requested_by", "branch_link")
         .order_by("created", "pk")
     )
+    stored = {
+        row.run_id: row
+        for row in TurnUsage.objects.filter(conversation=conversation, run__isnull=False)
+    }
     trace_ids = [run.trace_id for run in runs if run.trace_id]
     traces = {trace.trace_id: trace for trace in Trace.objects.filter(trace_id__in=trace_ids)}
     requests: dict[int, list[ApprovalRequest]] = {}
@@ -277,7 +318,12 @@ def conversation_turns(
             outcome_reason=shown.outcome_reason,
             feedback=feedback.get(run.pk, []),
             trace_url=reverse("trace_detail", args=[run.trace_id]) if run.trace_id else "",
+            branch=run_branch(run),
         )
+        usage = stored.get(run.pk)
+        if usage is not None:
+            turn.branch_turn = usage.turn
+            turn.usage = _tokens(usage)
         turns.append(turn)
         totals.turns += 1
         totals.tokens += turn.tokens
@@ -297,6 +343,38 @@ def conversation_turns(
     return turns, totals
 
 
+def _tokens(usage: TurnUsage) -> TurnTokens:
+    inputs, outputs = usage.input_tokens_details or {}, usage.output_tokens_details or {}
+    return TurnTokens(
+        requests=usage.requests,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        cached_tokens=int(inputs.get("cached_tokens") or 0),
+        reasoning_tokens=int(outputs.get("reasoning_tokens") or 0),
+    )
+
+
+def versions(conversation: Conversation, turns: list[Turn]) -> list[Version]:
+    """The conversation's versions, when it was edited (else none): each with how many of
+    its turns used tokens and how many (from `turns`, no query)."""
+    used = {turn.branch for turn in turns} | {conversation.current_branch}
+    if used == {MAIN_BRANCH}:
+        return []
+    shown: dict[str, Version] = {
+        branch: Version(branch, branch_label(branch), branch == conversation.current_branch)
+        for branch in sorted(used, key=lambda branch: (branch != MAIN_BRANCH, branch))
+    }
+    for turn in turns:
+        if turn.usage is not None:
+            version = shown[turn.branch]
+            version.turns += 1
+            version.tokens += turn.usage.total_tokens
+    for turn in turns:
+        turn.branch = shown[turn.branch].label
+    return list(shown.values())
+
+
 @require_GET
 @login_required
 @trace_viewer_required
@@ -311,6 +389,7 @@ def trace_conversation(request: HttpRequest, session_id: str) -> HttpResponse:
     context = {
         "conversation": conversation,
         "turns": turns,
+        "versions": versions(conversation, turns),
         "totals": totals,
         "traces_url": reverse("trace_list") + "?" + urlencode({"conversation": session_id}),
     }

@@ -263,3 +263,82 @@
     refresh();
   }
 })();
+
+/* An edit in progress survives the page re-reading its messages.
+ *
+ * Each of her messages has an Edit box (a <details> with a form). The page re-reads its
+ * whole message list whenever its socket (re)connects, and a pushed run block replaces the
+ * old one: either would close a box she opened and lose what she typed. What each open box
+ * holds is kept here, by the address it posts to and the version it edits, and put back in
+ * the box that replaces it; the box she was typing in gets the focus back. */
+(function () {
+  "use strict";
+  var drafts = {};
+
+  function keyOf(details) {
+    var form = details.querySelector("form");
+    var branch = details.querySelector("input[name=branch]");
+    if (!form || !branch) return null;
+    return form.getAttribute("action") + "|" + branch.value;
+  }
+
+  function draftOf(element) {
+    var details = element.closest && element.closest("details.msg-edit");
+    var key = details && keyOf(details);
+    if (!key) return null;
+    if (!drafts[key]) drafts[key] = { open: details.open, text: null, focused: false };
+    return drafts[key];
+  }
+
+  document.addEventListener("toggle", function (event) {
+    var details = event.target;
+    if (!details.matches || !details.matches("details.msg-edit")) return;
+    var key = keyOf(details);
+    if (!key) return;
+    if (details.open) {
+      var draft = draftOf(details);
+      if (draft) draft.open = true;
+    } else {
+      delete drafts[key];  // closed by her: nothing to keep
+    }
+  }, true);
+
+  document.addEventListener("input", function (event) {
+    var box = event.target;
+    if (!box.matches || !box.matches("details.msg-edit textarea")) return;
+    var draft = draftOf(box);
+    if (draft) draft.text = box.value;
+  });
+
+  function rememberFocus() {
+    Object.keys(drafts).forEach(function (key) { drafts[key].focused = false; });
+    var active = document.activeElement;
+    if (active && active.matches && active.matches("details.msg-edit textarea")) {
+      var draft = draftOf(active);
+      if (draft) draft.focused = true;
+    }
+  }
+
+  function restore() {
+    document.querySelectorAll("details.msg-edit").forEach(function (details) {
+      var key = keyOf(details);
+      var draft = key && drafts[key];
+      if (!draft) return;
+      if (!details.open) details.open = true;
+      var box = details.querySelector("textarea");
+      if (!box) return;
+      // A box the server sent back with an error holds what she typed already.
+      if (draft.text !== null && !box.hasAttribute("aria-invalid")) box.value = draft.text;
+      if (draft.focused && document.activeElement !== box) {
+        box.focus();
+        draft.focused = false;
+      }
+    });
+  }
+
+  document.addEventListener("htmx:beforeSwap", rememberFocus);
+  document.addEventListener("htmx:oobBeforeSwap", rememberFocus);
+  document.addEventListener("htmx:afterSettle", restore);
+  document.addEventListener("htmx:oobAfterSwap", restore);
+  document.addEventListener("htmx:wsAfterMessage", restore);
+})();
