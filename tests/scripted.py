@@ -12,6 +12,29 @@ AGENT: Agent[Any] | None = None
 EXECUTED: list[tuple[str, Any]] = []
 
 
+def start(settings: Any, agent: Agent[Any], text: str) -> Any:
+    """A run of `agent` (installed as the only agent) on `text`, queued in a new conversation
+    of alice's. Needs the `submitted` fixture, or the executor runs it too."""
+    from engine import runs
+    from tests.factories import make_conversation, make_user
+
+    install(settings, agent)
+    conversation = make_conversation(owner=make_user(username="alice"), agent_name="scripted")
+    return runs.start_run(conversation, text, conversation.owner)
+
+
+def executed(run: Any, job: str = "execute") -> Any:
+    """`run`'s job run to its end on an event loop of its own (as a worker's job may be),
+    then the run as stored."""
+    import asyncio
+
+    from engine import runs
+
+    asyncio.run(runs.execute(run.pk) if job == "execute" else runs.resume(run.pk))
+    run.refresh_from_db()
+    return run
+
+
 def install(settings: Any, agent: Agent[Any], name: str = "scripted") -> str:
     """Register `agent` as the only agent, under `name`, through the real registry."""
     global AGENT

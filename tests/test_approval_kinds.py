@@ -4,7 +4,6 @@ resume through the SDK exactly once (each job on an event loop of its own)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus, ToolKind
 from engine import runs
 from tests import scripted
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import make_reviewer
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -35,15 +34,10 @@ pytestmark = [
 
 
 def start(settings: Any, agent: Agent[Any], text: str = "go") -> AgentRun:
-    scripted.install(settings, agent)
-    conversation = make_conversation(owner=make_user(username="alice"), agent_name="scripted")
-    return runs.start_run(conversation, text, conversation.owner)
+    return scripted.start(settings, agent, text)
 
 
-def executed(run: AgentRun, job: str = "execute") -> AgentRun:
-    asyncio.run(runs.execute(run.pk) if job == "execute" else runs.resume(run.pk))
-    run.refresh_from_db()
-    return run
+executed = scripted.executed
 
 
 def streamed(*items: Any) -> ModelStep:

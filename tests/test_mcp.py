@@ -77,16 +77,10 @@ DONE = [assistant_message("Ordered 5 grinders.")]
 
 
 def start(settings: Any, agent: Agent[Any], text: str = "restock 5 grinders") -> AgentRun:
-    scripted.install(settings, agent)
-    conversation = make_conversation(owner=make_user(username="alice"), agent_name="scripted")
-    return runs.start_run(conversation, text, conversation.owner)
+    return scripted.start(settings, agent, text)
 
 
-def executed(run: AgentRun, job: str = "execute") -> AgentRun:
-    """The job run to its end on an event loop of its own."""
-    asyncio.run(runs.execute(run.pk) if job == "execute" else runs.resume(run.pk))
-    run.refresh_from_db()
-    return run
+executed = scripted.executed
 
 
 @pytest.fixture
