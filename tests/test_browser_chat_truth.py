@@ -22,6 +22,7 @@ from tests.factories import PASSWORD, make_conversation, make_reviewer, make_use
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
 from tests.test_browser_chat import WAITING, say, still_same_document, wait_until_live
+from tracing.models import Feedback
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -274,3 +275,24 @@ def test_a_re_read_that_lands_after_a_rating_does_not_undo_it(
     page.wait_for_timeout(300)
     expect(helpful).to_have_attribute("aria-pressed", "true")
     assert still_same_document(page)
+
+
+def test_a_comment_being_typed_survives_a_re_read(live_site: Any, page: Any, alice: Any) -> None:
+    open_new_chat(page, live_site)
+    say(page, "where is order 44")
+    page.get_by_role("button", name="Not helpful").click()
+    comment = page.get_by_label("What was wrong, or right? (optional)")
+    expect(comment).to_be_focused()
+    comment.type("It did not say when")
+
+    # The socket reconnected: the page re-reads its messages (the comment box among them).
+    page.evaluate("document.body.dispatchEvent(new CustomEvent('resync'))")
+    expect(page.locator("#messages.htmx-request")).to_have_count(1)
+    expect(page.locator("#messages.htmx-request")).to_have_count(0)
+
+    expect(comment).to_have_value("It did not say when")
+    expect(comment).to_be_focused()
+    comment.type(" it arrives.")
+    page.get_by_role("button", name="Send comment").click()
+    expect(page.get_by_role("status").filter(has_text="Thanks for your feedback.")).to_be_visible()
+    assert Feedback.objects.get().comment == "It did not say when it arrives."

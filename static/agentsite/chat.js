@@ -264,26 +264,29 @@
   }
 })();
 
-/* An edit in progress survives the page re-reading its messages.
+/* An edit or a comment in progress survives the page re-reading its messages.
  *
- * Each of her messages has an Edit box (a <details> with a form). The page re-reads its
- * whole message list whenever its socket (re)connects, and a pushed run block replaces the
- * old one: either would close a box she opened and lose what she typed. What each open box
- * holds is kept here, by the address it posts to and the version it edits, and put back in
- * the box that replaces it; the box she was typing in gets the focus back. */
+ * Each of her messages has an Edit box, each rated reply a comment box (a <details> with a
+ * form, or in one). The page re-reads its whole message list whenever its socket
+ * (re)connects, and a pushed run block replaces the old one: either would close a box she
+ * opened and lose what she typed. What each open box holds is kept here, by the address it
+ * posts to (and the version it edits), and put back in the box that replaces it; the box she
+ * was typing in gets the focus back. Sending the form drops it: the answer is the truth. */
 (function () {
   "use strict";
+  var BOXES = "details.msg-edit, details.feedback-more";
+  var TYPED = "details.msg-edit textarea, details.feedback-more textarea";
   var drafts = {};
 
   function keyOf(details) {
-    var form = details.querySelector("form");
+    var form = details.querySelector("form") || details.closest("form");
+    if (!form) return null;
     var branch = details.querySelector("input[name=branch]");
-    if (!form || !branch) return null;
-    return form.getAttribute("action") + "|" + branch.value;
+    return form.getAttribute("action") + "|" + (branch ? branch.value : "");
   }
 
   function draftOf(element) {
-    var details = element.closest && element.closest("details.msg-edit");
+    var details = element.closest && element.closest(BOXES);
     var key = details && keyOf(details);
     if (!key) return null;
     if (!drafts[key]) drafts[key] = { open: details.open, text: null, focused: false };
@@ -292,7 +295,7 @@
 
   document.addEventListener("toggle", function (event) {
     var details = event.target;
-    if (!details.matches || !details.matches("details.msg-edit")) return;
+    if (!details.matches || !details.matches(BOXES)) return;
     var key = keyOf(details);
     if (!key) return;
     if (details.open) {
@@ -305,7 +308,7 @@
 
   document.addEventListener("input", function (event) {
     var box = event.target;
-    if (!box.matches || !box.matches("details.msg-edit textarea")) return;
+    if (!box.matches || !box.matches(TYPED)) return;
     var draft = draftOf(box);
     if (draft) draft.text = box.value;
   });
@@ -313,14 +316,14 @@
   function rememberFocus() {
     Object.keys(drafts).forEach(function (key) { drafts[key].focused = false; });
     var active = document.activeElement;
-    if (active && active.matches && active.matches("details.msg-edit textarea")) {
+    if (active && active.matches && active.matches(TYPED)) {
       var draft = draftOf(active);
       if (draft) draft.focused = true;
     }
   }
 
   function restore() {
-    document.querySelectorAll("details.msg-edit").forEach(function (details) {
+    document.querySelectorAll(BOXES).forEach(function (details) {
       var key = keyOf(details);
       var draft = key && drafts[key];
       if (!draft) return;
@@ -335,6 +338,14 @@
       }
     });
   }
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form || !form.querySelector) return;
+    var details = form.matches(BOXES) ? form : form.closest(BOXES) || form.querySelector(BOXES);
+    var key = details && keyOf(details);
+    if (key) delete drafts[key];
+  }, true);
 
   document.addEventListener("htmx:beforeSwap", rememberFocus);
   document.addEventListener("htmx:oobBeforeSwap", rememberFocus);
