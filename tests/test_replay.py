@@ -13,7 +13,7 @@ from approvals.models import AgentRun, ConsumedState, RunStatus
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import runs
-from tests.factories import make_conversation, make_reviewer, pause_run
+from tests.factories import make_reviewer, pause_run
 
 CONSUMED = "/admin/approvals/consumedstate/"
 
@@ -207,7 +207,13 @@ def _check_the_consumed_states_migration(
     from django.db.migrations.executor import MigrationExecutor
 
     old = executor.loader.project_state(before).apps
-    conversation = make_conversation()
+    # The conversation as the database has it now: migrations of other apps that depend on a
+    # later one of this app (conversations' branches) were undone with it, the others not.
+    applied = MigrationExecutor(connection).loader.applied_migrations
+    now = executor.loader.project_state(sorted(applied)).apps
+    conversation = now.get_model("conversations", "Conversation").objects.create(
+        session_id="conv_before_consumed_states", agent_name="support"
+    )
     Run = old.get_model("approvals", "AgentRun")
 
     def run(status: str, pause_count: int, consumed: bool) -> int:
