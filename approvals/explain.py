@@ -151,15 +151,13 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
     requests = list(requests)
     if with_facts:
         facts.attach(requests)
-    sheets: dict[tuple[str | None, str, str], registry.ToolSheet] = {}
+    sheets: dict[tuple[str | None, str, str, str], registry.ToolSheet] = {}
     judged = _policy_lines(requests)
     for request in requests:
         run = request.run if "run" in request._state.fields_cache else None
-        key = (run.agent_name if run else None, request.agent_name, request.tool_name)
-        if request.is_mcp:
-            sheet = registry.ToolSheet(request.tool_name, False, "", [], registry.Review())
-        else:
-            sheet = sheets.get(key) or sheets.setdefault(key, registry.tool_sheet(*key))
+        # An MCP server's tool has no sheet of the agent's (`registry.find_tool`).
+        key = (run.agent_name if run else None, request.agent_name, request.tool_name, request.kind)
+        sheet = sheets.get(key) or sheets.setdefault(key, registry.tool_sheet(*key))
         intact = request.arguments_intact
         shell = (
             kinds.shell_view(request.arguments)

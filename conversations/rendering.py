@@ -559,7 +559,7 @@ def call_for(request: ApprovalRequest, edited: Any = None) -> Call:
         return Call(plain=raw, raw=raw)
     arguments = request.arguments if edited is None else edited
     description = registry.tool_description(
-        request.run.agent_name, request.agent_name, request.tool_name
+        request.run.agent_name, request.agent_name, request.tool_name, request.kind
     )
     return Call(
         plain=plain_call(

@@ -63,13 +63,11 @@ def unregister(tool_name: str) -> None:
 def hook_for(request: ApprovalRequest) -> FactsHook | None:
     """The facts hook of `request`'s tool: the one its author declared, else one registered
     for its name."""
-    if request.kind != "function":  # ToolKind.FUNCTION
-        # An MCP server's tool, a shell command, a patch: never the hook a function tool of
-        # the same name declared; one registered for the name is meant for it.
-        return _registered.get(request.tool_name)
     run = request.run if "run" in request._state.fields_cache else None
+    # An MCP server's tool gets no declared hook (`find_tool`); one registered for its name is
+    # meant for it.
     sheet = registry.tool_sheet(
-        run.agent_name if run else None, request.agent_name, request.tool_name
+        run.agent_name if run else None, request.agent_name, request.tool_name, request.kind
     )
     return sheet.review.facts or _registered.get(request.tool_name)
 

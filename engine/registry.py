@@ -37,6 +37,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from approvals.models import MCP_KINDS, ToolKind
 from engine import mcp
 
 _cache: dict[str, Agent[Any]] = {}
@@ -143,10 +144,16 @@ def display_name(name: str) -> str:
         return name
 
 
-def find_tool(name: str | None, agent_name: str, tool_name: str) -> Any | None:
+def find_tool(
+    name: str | None, agent_name: str, tool_name: str, kind: str = ToolKind.FUNCTION
+) -> Any | None:
     """The tool `tool_name` of the agent called `agent_name`, reachable from the agent `name`
     stands for (from any registered agent when `name` is None); None when there is no such
-    tool (any more)."""
+    tool (any more). A call of `kind` MCP is for a tool of an MCP server, never one of the
+    agent's own: none is found for it, so that a tool of the same name lends it nothing (its
+    description, schema, risk, facts)."""
+    if kind in MCP_KINDS:
+        return None
     for start_name in agent_names() if name is None else [name]:
         try:
             start = get_agent(start_name)
@@ -161,10 +168,12 @@ def find_tool(name: str | None, agent_name: str, tool_name: str) -> Any | None:
     return None
 
 
-def tool_description(name: str, agent_name: str, tool_name: str) -> str:
+def tool_description(
+    name: str, agent_name: str, tool_name: str, kind: str = ToolKind.FUNCTION
+) -> str:
     """The description of the tool `tool_name` of the agent called `agent_name`, reachable
     from the agent `name` stands for; "" when there is no such tool (any more)."""
-    tool = find_tool(name, agent_name, tool_name)
+    tool = find_tool(name, agent_name, tool_name, kind)
     return str(getattr(tool, "description", "") or "") if tool is not None else ""
 
 
@@ -317,9 +326,11 @@ class ToolSheet:
         )
 
 
-def tool_sheet(name: str | None, agent_name: str, tool_name: str) -> ToolSheet:
+def tool_sheet(
+    name: str | None, agent_name: str, tool_name: str, kind: str = ToolKind.FUNCTION
+) -> ToolSheet:
     """The sheet of the tool `find_tool` finds; an empty one when there is none (any more)."""
-    tool = find_tool(name, agent_name, tool_name)
+    tool = find_tool(name, agent_name, tool_name, kind)
     if tool is None:
         return ToolSheet(tool_name, False, "", [], Review())
     schema = getattr(tool, "params_json_schema", None) or {}
