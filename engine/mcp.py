@@ -297,8 +297,3 @@ def _approval(server: MCPServer, tool: Any) -> Any:
         return setting
     policy = getattr(server, "_needs_approval_policy", setting)
     return f"{getattr(policy, '__module__', '?')}.{getattr(policy, '__qualname__', repr(policy))}"
-
-
-def opened_keys() -> list[str]:
-    """The keys of the servers opened in this scope so far (they connected)."""
-    return sorted(listing())
