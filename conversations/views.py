@@ -48,12 +48,12 @@ from conversations.items import is_user_message, message_text
 from conversations.models import Branch, Conversation, SessionItem, branch_label, on_branch
 from conversations.rendering import (
     HISTORY_ITEMS_SHOWN,
-    Edit,
     History,
     answering,
     branch_choices,
     build_history,
     display_title,
+    edit_for,
     latest_run,
     shows_calls,
 )
@@ -595,14 +595,8 @@ def _edit_refused(
     """A refused edit, with its text and why: for htmx, its Edit control alone (swapped, so
     200); else the chat page with it open."""
     if request.htmx:
-        edit = Edit(
-            url=reverse("chat_edit", args=[conversation.session_id, editing.turn]),
-            turn=editing.turn,
-            branch=conversation.current_branch,
-            text=editing.text,
-            error=editing.error,
-            open=True,
-        )
+        edit = edit_for(conversation, editing.turn, editing.text)
+        edit.error, edit.open = editing.error, True
         return render(request, "conversations/chat.html#edit", {"edit": edit})
     return _chat_page(request, conversation, status=status, editing=editing)
 
