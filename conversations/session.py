@@ -478,7 +478,7 @@ class DjangoSession(SessionABC):
         unreadable = []
         for row in reversed(fetched[:limit]):
             try:
-                item = _decoded(row[1])
+                item = _loaded(row[1])
             except (ValueError, TypeError):
                 # It and everything older stay out of the replacement's reach.
                 unreadable.append(row[0])
@@ -553,7 +553,7 @@ class DjangoSession(SessionABC):
             last = None
             for row_id, value in prefix:
                 try:
-                    item = _decoded(value)
+                    item = _loaded(value)
                 except (ValueError, TypeError):
                     break
                 if not prune(item):
@@ -888,6 +888,8 @@ def _as_stored(payload: Any) -> Any:
 
 
 def _loaded(value: Any) -> Any:
+    """A payload read by plain SQL (JSON text, or already parsed) as the item it holds;
+    ValueError or TypeError when it cannot be read."""
     return faithful.decode(json.loads(value) if isinstance(value, (str, bytes)) else value)
 
 
@@ -1027,15 +1029,6 @@ def _item_rows(
         turn += kind == "user"
         made.append((pk, branch, turn, kind, tool, text, now))
     return made
-
-
-def _decoded(value: Any) -> TResponseInputItem:
-    """A payload read by plain SQL (JSON text, or already parsed) as the item it holds;
-    ValueError or TypeError when it cannot be read."""
-    return cast(
-        TResponseInputItem,
-        faithful.decode(json.loads(value) if isinstance(value, (str, bytes)) else value),
-    )
 
 
 def _texts(items: list[TResponseInputItem]) -> list[str]:
