@@ -58,6 +58,9 @@ def test_the_charts_render_visible_with_no_console_error(
     log_in(page, live_site, "olga", PASSWORD, then=DASHBOARD)
     expect(page.get_by_role("heading", name="Dashboard", exact=True)).to_be_visible()
     expect(page.locator("#dash-until")).to_have_value(RANGE["until"])
+    # The charts' colours come from dashboard.css: read them once it has loaded (the DOM is
+    # there before; under load the first chart once read black, its default).
+    page.wait_for_load_state("load")
     for name in CHARTS:
         chart = page.locator(f'svg[data-chart="{name}"]')
         expect(chart).to_be_visible()
