@@ -296,3 +296,45 @@ def test_a_comment_being_typed_survives_a_re_read(live_site: Any, page: Any, ali
     page.get_by_role("button", name="Send comment").click()
     expect(page.get_by_role("status").filter(has_text="Thanks for your feedback.")).to_be_visible()
     assert Feedback.objects.get().comment == "It did not say when it arrives."
+
+
+def test_a_rating_whose_answer_lands_after_a_re_read_replaced_its_form_is_shown(
+    live_site: Any, page: Any, alice: Any
+) -> None:
+    """A re-read read before a rating was saved, landing while the rating's request is still
+    out, replaces the form that request answers to: the answer lands nowhere, and the page
+    read again (the full suite once saw the rating shown as not given)."""
+    open_new_chat(page, live_site)
+    say(page, "where is order 44")
+    helpful = page.get_by_role("button", name="Helpful", exact=True)
+    expect(helpful).to_have_attribute("aria-pressed", "false")
+    reads: list[tuple[Any, Any]] = []
+    posts: list[tuple[Any, Any]] = []
+
+    def hold_the_first_read(route: Any) -> None:
+        if reads:
+            route.continue_()
+            return
+        reads.append((route, route.fetch()))  # before the rating: none
+
+    def hold_the_rating(route: Any) -> None:
+        posts.append((route, route.fetch()))  # saved now, answered when the test says
+
+    page.route(re.compile(r"/history/$"), hold_the_first_read)
+    page.route(re.compile(r"/feedback/$"), hold_the_rating)
+    page.evaluate("document.body.dispatchEvent(new CustomEvent('resync'))")
+    while not reads:
+        page.wait_for_timeout(20)
+    helpful.click()
+    while not posts:
+        page.wait_for_timeout(20)
+
+    route, answer = reads[0]
+    route.fulfill(response=answer)  # the older list replaces the form the rating came from
+    expect(page.locator("#messages.htmx-request")).to_have_count(0)
+    route, answer = posts[0]
+    route.fulfill(response=answer)
+
+    expect(helpful).to_have_attribute("aria-pressed", "true")
+    assert list(Feedback.objects.values_list("score", flat=True)) == [1]
+    assert still_same_document(page)

@@ -222,7 +222,22 @@
   }
 
   document.addEventListener("htmx:beforeRequest", function (event) {
-    if (isRead(event)) reading += 1;
+    if (isRead(event)) {
+      reading += 1;
+      return;
+    }
+    var verb = event.detail.requestConfig && event.detail.requestConfig.verb;
+    var elt = event.detail.elt;
+    var xhr = event.detail.xhr;
+    if (!verb || verb === "get" || !elt || !xhr) return;
+    // A re-read that lands while this is out replaces the form it came from: its answer then
+    // goes nowhere (htmx swaps it into the old form, and its events reach no listener), so
+    // once it is in, the page reads what it changed.
+    xhr.addEventListener("loadend", function () {
+      if (document.body.contains(elt)) return;
+      if (reading) again = true;
+      else setTimeout(readAgain, 0);
+    });
   });
   document.addEventListener("htmx:afterRequest", function (event) {
     if (!isRead(event)) {
