@@ -11,12 +11,15 @@ from playwright.sync_api import expect
 
 
 def log_in(page: Any, live_site: Any, username: str, password: str, then: str = "/") -> None:
-    """Log in through the real login form, then open `then`."""
+    """Log in through the real login form, then open `then`; return once that page's load
+    event came (its stylesheets are in: a layout read before, under load, measured the page
+    unstyled)."""
     page.goto(f"{live_site.url}/accounts/login/?next={then}")
     page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("button", name="Log out")).to_be_visible()
+    page.wait_for_load_state("load")
 
 
 def in_thread[T](work: Callable[[], T]) -> T:

@@ -298,6 +298,63 @@ def test_a_comment_being_typed_survives_a_re_read(live_site: Any, page: Any, ali
     assert Feedback.objects.get().comment == "It did not say when it arrives."
 
 
+def test_a_rating_s_own_answer_makes_the_page_read_nothing_again(
+    live_site: Any, page: Any, alice: Any
+) -> None:
+    """The rating's form is swapped for its answer, so the form it posted from is gone when
+    its request ends, as it is when a re-read replaced it; only the second asks for another
+    read. One sent each time re-read the whole list while she began her comment (the full
+    suite lost its first letters)."""
+    open_new_chat(page, live_site)
+    reads: list[str] = []
+    page.on("request", lambda request: "/history/" in request.url and reads.append(request.url))
+    say(page, "where is order 44")
+    expect(page.locator(".turn[data-status=completed]")).to_have_count(1)
+    seen = -1
+    while seen != len(reads):  # the reads the run's pushes asked for are over (1 s at most)
+        seen = len(reads)
+        page.wait_for_timeout(1200)
+    reads.clear()
+
+    page.get_by_role("button", name="Not helpful").click()
+    expect(page.get_by_label("What was wrong, or right? (optional)")).to_be_focused()
+    page.wait_for_timeout(500)  # a read asked for goes out at once (a timer of 0)
+    assert reads == []
+    assert list(Feedback.objects.values_list("score", flat=True)) == [-1]
+
+
+def test_what_she_types_while_a_re_read_settles_follows_what_she_typed_before(
+    live_site: Any, page: Any, alice: Any
+) -> None:
+    """htmx gives the new comment box the focus as it swaps the list in, and settles it a
+    moment later: the letters typed in that moment went into the new box, and the draft then
+    put back held only them."""
+    open_new_chat(page, live_site)
+    say(page, "where is order 44")
+    page.get_by_role("button", name="Not helpful").click()
+    comment = page.get_by_label("What was wrong, or right? (optional)")
+    expect(comment).to_be_focused()
+    comment.type("It did not say")
+    expect(page.locator("#messages.htmx-request")).to_have_count(0)
+
+    page.evaluate("htmx.config.defaultSettleDelay = 1500")  # the moment, made long
+    reads: list[tuple[Any, Any]] = []
+    page.route(re.compile(r"/history/$"), lambda route: reads.append((route, route.fetch())))
+    page.evaluate("document.body.dispatchEvent(new CustomEvent('resync'))")
+    while not reads:
+        page.wait_for_timeout(20)
+    old_box = comment.element_handle()
+    route, answer = reads[0]
+    route.fulfill(response=answer)
+    page.wait_for_function("(box) => !box.isConnected", arg=old_box)
+    expect(page.locator("#messages.htmx-settling")).to_have_count(1)
+    page.keyboard.type(" when")
+
+    expect(page.locator("#messages.htmx-settling")).to_have_count(0)
+    expect(comment).to_have_value("It did not say when")
+    expect(comment).to_be_focused()
+
+
 def test_a_rating_whose_answer_lands_after_a_re_read_replaced_its_form_is_shown(
     live_site: Any, page: Any, alice: Any
 ) -> None:

@@ -205,6 +205,9 @@
   var reading = 0;
   var again = false;
   var readAfterSettle = null;
+  // Requests whose answer reached the page (its swap event came up to the document: the
+  // element it answers to was still in it).
+  var landed = typeof WeakSet === "function" ? new WeakSet() : null;
 
   function readAgain() {
     if (readAfterSettle) clearTimeout(readAfterSettle);
@@ -232,12 +235,16 @@
     if (!verb || verb === "get" || !elt || !xhr) return;
     // A re-read that lands while this is out replaces the form it came from: its answer then
     // goes nowhere (htmx swaps it into the old form, and its events reach no listener), so
-    // once it is in, the page reads what it changed.
+    // once it is in, the page reads what it changed. A form its own answer replaced is gone
+    // too, but its answer is on the page: nothing to read.
     xhr.addEventListener("loadend", function () {
-      if (document.body.contains(elt)) return;
+      if ((landed && landed.has(xhr)) || document.body.contains(elt)) return;
       if (reading) again = true;
       else setTimeout(readAgain, 0);
     });
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (landed && event.detail && event.detail.xhr) landed.add(event.detail.xhr);
   });
   document.addEventListener("htmx:afterRequest", function (event) {
     if (!isRead(event)) {
@@ -364,6 +371,10 @@
 
   document.addEventListener("htmx:beforeSwap", rememberFocus);
   document.addEventListener("htmx:oobBeforeSwap", rememberFocus);
+  // At once when the new boxes are in, before any key she presses lands in one (htmx gives
+  // the focus to the box of the same id as it swaps, and settles a moment later), and again
+  // once settled.
+  document.addEventListener("htmx:afterSwap", restore);
   document.addEventListener("htmx:afterSettle", restore);
   document.addEventListener("htmx:oobAfterSwap", restore);
   document.addEventListener("htmx:wsAfterMessage", restore);
