@@ -212,7 +212,11 @@ def _policy_lines(
         now = None
         if request.is_pending and rules and request.arguments_intact:
             call = policies.call_for(
-                request.agent_name, request.tool_name, request.arguments, request.run.agent_name
+                request.agent_name,
+                request.tool_name,
+                request.arguments,
+                request.run.agent_name,
+                request.kind,
             )
             now = policies.evaluate(
                 rules, call, users.get(request.run.requested_by_id, policies.User())

@@ -48,6 +48,7 @@ from approvals.models import (
     ConditionSource,
     PolicyAction,
     PolicyCondition,
+    ToolKind,
 )
 from engine import context as run_context
 from engine import registry
@@ -380,9 +381,16 @@ def describe(rule: ApprovalPolicy) -> str:
     return f"{action}: {scope}" + (f" when {conditions}" if conditions else "")
 
 
-def call_for(agent_name: str, tool_name: str, arguments: Any, run_agent: str | None) -> Call:
-    """The call the rules read, with whether its tool's author lets a rule approve it."""
-    tool = registry.find_tool(run_agent, agent_name, tool_name)
+def call_for(
+    agent_name: str,
+    tool_name: str,
+    arguments: Any,
+    run_agent: str | None,
+    kind: str = ToolKind.FUNCTION,
+) -> Call:
+    """The call the rules read, with whether its tool's author lets a rule approve it (a tool
+    of an MCP server is none of the agent's: one of the same name declares nothing for it)."""
+    tool = registry.find_tool(run_agent, agent_name, tool_name, kind)
     review = registry.declared_review(tool) if tool is not None else registry.Review()
     return Call(agent_name, tool_name, arguments, review.auto_approve, review)
 

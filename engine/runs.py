@@ -991,6 +991,7 @@ def _save_pause(
             item.tool_name or "",
             parse_arguments(paused_calls.arguments(item)),
             run.agent_name,
+            paused_calls.kind(item),
         )
         for item in interruptions
     ]

@@ -26,6 +26,7 @@ from approvals.models import (
     PolicyAction,
     PolicyCondition,
     RunStatus,
+    ToolKind,
 )
 from conversations.session import DjangoSession
 from engine import events, policies, registry, runs
@@ -422,6 +423,20 @@ def test_no_rule_approves_a_demo_cancellation_a_person_decides_each() -> None:
     assert not cancel.auto_approve and refund.auto_approve
     assert policies.evaluate(rules, cancel, ALICE).action == "ask"
     assert policies.evaluate(rules, refund, ALICE).action == "approve"
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("fresh_registry")
+def test_an_mcp_tool_named_like_one_of_the_agent_s_takes_nothing_of_its_declaration() -> None:
+    """The demo's cancel_order lets no rule approve it; a tool of an MCP server that happens to
+    be called cancel_order is not that tool (the inbox and the facts say so too)."""
+    rule("approve everything", PolicyAction.APPROVE, tool="")
+    rules = policies.load_rules()
+    own = policies.call_for("Support desk", "cancel_order", {"order_id": 7}, None)
+    served = policies.call_for("Support desk", "cancel_order", {"order_id": 7}, None, ToolKind.MCP)
+    assert not own.auto_approve and not served.review.declared
+    assert served.auto_approve and own.review != served.review
+    assert policies.evaluate(rules, served, ALICE).action == "approve"
 
 
 # --- the admin ----------------------------------------------------------------------------------
