@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import shlex
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -288,34 +287,10 @@ class ToolKind(models.TextChoices):
 
 
 MCP_KINDS = (ToolKind.MCP, ToolKind.HOSTED_MCP)
-# What an apply_patch call does to its file, in words: its operation's `type`.
-PATCH_VERBS = {"create_file": "create", "update_file": "update", "delete_file": "delete"}
-
-
-def shell_lines(arguments: Any) -> list[str] | None:
-    """A shell call's commands, one line each: a `shell_call` action's `commands`, or a
-    `local_shell_call` action's argv as one shell line (`shlex.join`, quoted as a shell would
-    read it); None when `arguments` is neither (`engine/calls.py` stores the action)."""
-    if not isinstance(arguments, dict):
-        return None
-    commands = arguments.get("commands")
-    if isinstance(commands, list) and all(isinstance(command, str) for command in commands):
-        return list(commands)
-    argv = arguments.get("command")
-    if isinstance(argv, list) and argv and all(isinstance(part, str) for part in argv):
-        return [shlex.join(argv)]
-    return None
-
-
-def patch_target(arguments: Any) -> tuple[str, str] | None:
-    """An apply_patch call's operation (`create_file`, `update_file`, `delete_file`) and the
-    file's path; None when `arguments` is not such an operation."""
-    if not isinstance(arguments, dict):
-        return None
-    operation, path = arguments.get("type"), arguments.get("path")
-    if operation not in PATCH_VERBS or not isinstance(path, str) or not path:
-        return None
-    return str(operation), path
+# How a shell call and a patch read (`conversations.items`, which reads session items too).
+PATCH_VERBS = items.PATCH_VERBS
+shell_lines = items.shell_lines
+patch_target = items.patch_target
 
 
 class ApprovalRequestQuerySet(models.QuerySet["ApprovalRequest"]):
@@ -524,18 +499,14 @@ class ApprovalRequest(models.Model):
         beside it in full (`approvals/_kind.html`)."""
         if not self.arguments_intact:
             return f"{self.tool_name}({ARGUMENTS_TAMPERED})"
-        if self.kind == ToolKind.SHELL:
-            lines = shell_lines(self.arguments)
-            if lines is not None:
-                return f"{self.tool_name}: " + "; ".join(
-                    line.replace("\n", " ↵ ") for line in lines
-                )
-        if self.kind == ToolKind.APPLY_PATCH:
-            target = patch_target(self.arguments)
-            if target is not None:
-                move_to = self.arguments.get("move_to")
-                moved = f" → {move_to}" if isinstance(move_to, str) and move_to else ""
-                return f"{self.tool_name}: {PATCH_VERBS[target[0]]} {target[1]}{moved}"
+        if self.kind == ToolKind.SHELL and (
+            shown := items.shell_call(self.tool_name, self.arguments)
+        ):
+            return shown
+        if self.kind == ToolKind.APPLY_PATCH and (
+            shown := items.patch_call(self.tool_name, self.arguments)
+        ):
+            return shown
         return items.format_call(self.tool_name, self.arguments)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+from dataclasses import dataclass
 from typing import Any, cast
 
 from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
@@ -17,8 +19,8 @@ from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSessi
 
 def kind(item: Any) -> str:
     """What a session item is for people: "user" or "assistant" (a message of that role),
-    "call" (a tool call), "output" (a tool call's output), or "" (anything people don't read:
-    reasoning, system messages, ...)."""
+    "call" (a tool call of any kind: `call_view`), "output" (what answers one: `output_view`),
+    or "" (anything people don't read: reasoning, system messages, ...)."""
     if not isinstance(item, dict):
         return ""
     item_type = item.get("type")
@@ -26,6 +28,10 @@ def kind(item: Any) -> str:
         return "call"
     if item_type == "function_call_output":
         return "output"
+    if output_view(item) is not None:
+        return "output"
+    if call_view(item) is not None:
+        return "call"
     role = item.get("role")
     if role in ("user", "assistant") and item_type in (None, "message"):
         return str(role)
@@ -142,3 +148,187 @@ def format_call(name: str, arguments: Any) -> str:
 def call_display(name: str, arguments: Any) -> str:
     """`format_call` of a call item's arguments, as the model sent them (JSON text)."""
     return format_call(name, parse_arguments(arguments))
+
+
+# --- tool calls of every kind ---------------------------------------------------------------
+#
+# Besides function calls, the SDK stores the calls of its other tools with outputs of their
+# own (`agents.run_internal.items`): shell commands, file patches, a hosted MCP server's
+# approval requests (answered by an approval response) and calls (which carry their output).
+
+# What an apply_patch call does to its file, in words: its operation's `type`.
+PATCH_VERBS = {"create_file": "create", "update_file": "update", "delete_file": "delete"}
+
+
+def shell_lines(arguments: Any) -> list[str] | None:
+    """A shell call's commands, one line each: a `shell_call` action's `commands`, or a
+    `local_shell_call` action's argv as one shell line (`shlex.join`, quoted as a shell would
+    read it); None when `arguments` is neither (`engine/calls.py` stores the action)."""
+    if not isinstance(arguments, dict):
+        return None
+    commands = arguments.get("commands")
+    if isinstance(commands, list) and all(isinstance(command, str) for command in commands):
+        return list(commands)
+    argv = arguments.get("command")
+    if isinstance(argv, list) and argv and all(isinstance(part, str) for part in argv):
+        return [shlex.join(argv)]
+    return None
+
+
+def patch_target(arguments: Any) -> tuple[str, str] | None:
+    """An apply_patch call's operation (`create_file`, `update_file`, `delete_file`) and the
+    file's path; None when `arguments` is not such an operation."""
+    if not isinstance(arguments, dict):
+        return None
+    operation, path = arguments.get("type"), arguments.get("path")
+    if operation not in PATCH_VERBS or not isinstance(path, str) or not path:
+        return None
+    return str(operation), path
+
+
+def shell_call(name: str, arguments: Any) -> str | None:
+    """`shell: ls -la; rm -rf build`: a shell call's commands (its action) on one line; None
+    when `arguments` are no shell action."""
+    lines = shell_lines(arguments)
+    if lines is None:
+        return None
+    return f"{name}: " + "; ".join(line.replace("\n", " ↵ ") for line in lines)
+
+
+def patch_call(name: str, arguments: Any) -> str | None:
+    """`apply_patch: update src/app.py`: a patch call's operation on one line; None when
+    `arguments` are no patch operation."""
+    target = patch_target(arguments)
+    if target is None:
+        return None
+    move_to = arguments.get("move_to")
+    moved = f" → {move_to}" if isinstance(move_to, str) and move_to else ""
+    return f"{name}: {PATCH_VERBS[target[0]]} {target[1]}{moved}"
+
+
+# The output item answering each kind of call item (as `agents.run_internal.items` pairs them).
+OUTPUT_TYPES = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "shell_call": "shell_call_output",
+    "local_shell_call": "local_shell_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+}
+_OUTPUTS = frozenset(OUTPUT_TYPES.values())
+
+
+@dataclass(frozen=True)
+class CallView:
+    """A tool call item as people read it: what answers it, its tool, the call on one line,
+    and, for a hosted MCP call that carries it, its output."""
+
+    call_id: str
+    name: str
+    text: str
+    output: str | None = None
+    is_function: bool = False
+
+
+def call_view(item: Any) -> CallView | None:
+    """The call an item is, of any kind; None for anything else."""
+    if not isinstance(item, dict):
+        return None
+    item_type = item.get("type")
+    call_id = str(item.get("call_id") or item.get("id") or "")
+    if item_type in ("function_call", "custom_tool_call"):
+        name = str(item.get("name") or "tool")
+        arguments = item.get("arguments") if item_type == "function_call" else item.get("input")
+        shown = call_display(name, arguments)
+        return CallView(call_id, name, shown, is_function=item_type == "function_call")
+    if item_type in ("shell_call", "local_shell_call"):
+        name = "shell" if item_type == "shell_call" else "local_shell"
+        action = item.get("action")
+        return CallView(call_id, name, shell_call(name, action) or format_call(name, action))
+    if item_type == "apply_patch_call":
+        operation = item.get("operation")
+        shown = patch_call("apply_patch", operation) or format_call("apply_patch", operation)
+        return CallView(call_id, "apply_patch", shown)
+    if item_type == "mcp_approval_request" or (
+        item_type == "mcp_call" and not item.get("approval_request_id")
+    ):
+        name = str(item.get("name") or "tool")
+        label = str(item.get("server_label") or "")
+        shown = call_display(name, item.get("arguments"))
+        if label:
+            shown += f" · hosted MCP server {label}"
+        output = _mcp_output(item) if item_type == "mcp_call" else None
+        return CallView(str(item.get("id") or ""), name, shown, output)
+    return None
+
+
+def output_view(item: Any) -> tuple[str, str] | None:
+    """(the call it answers, its text) for an item that answers a call; None otherwise."""
+    if not isinstance(item, dict):
+        return None
+    item_type = item.get("type")
+    if item_type in _OUTPUTS:
+        call_id = str(item.get("call_id") or item.get("id") or "")
+        output = item.get("output")
+        if item_type == "shell_call_output":
+            return call_id, _shell_output(output)
+        if item_type == "apply_patch_call_output" and not output:
+            return call_id, str(item.get("status") or "")
+        if isinstance(output, str):
+            return call_id, output
+        return call_id, content_text(output, sep="\n") or json.dumps(output)
+    if item_type == "mcp_approval_response":
+        reason = item.get("reason")
+        said = f": {reason}" if isinstance(reason, str) and reason else ""
+        shown = "approved" if item.get("approve") else f"not approved{said}"
+        return str(item.get("approval_request_id") or ""), shown
+    if item_type == "mcp_call" and item.get("approval_request_id"):
+        return str(item["approval_request_id"]), _mcp_output(item) or ""
+    return None
+
+
+def _mcp_output(item: dict[str, Any]) -> str | None:
+    output, error = item.get("output"), item.get("error")
+    if error:
+        return f"error: {error}"
+    return str(output) if output is not None else None
+
+
+def _shell_output(output: Any) -> str:
+    """What a shell call printed, command by command, with how each that failed ended."""
+    if isinstance(output, str):
+        return output
+    if not isinstance(output, list):
+        return json.dumps(output)
+    parts = []
+    for each in output:
+        if not isinstance(each, dict):
+            continue
+        printed = "\n".join(
+            str(text).rstrip("\n") for text in (each.get("stdout"), each.get("stderr")) if text
+        )
+        outcome = each.get("outcome")
+        if isinstance(outcome, dict) and outcome.get("type") == "timeout":
+            printed = f"{printed}\n(timed out)".lstrip("\n")
+        elif isinstance(outcome, dict) and outcome.get("exit_code") not in (None, 0):
+            printed = f"{printed}\n(exit {outcome['exit_code']})".lstrip("\n")
+        parts.append(printed)
+    return "\n".join(part for part in parts if part)
+
+
+def stopped_output(item: Any, text: str) -> dict[str, Any] | None:
+    """The output a call item gets when its run stopped before the tool answered (a model
+    refuses a call without one on the next turn), saying `text`; None when `item` is no call
+    the session must answer."""
+    if not isinstance(item, dict) or item.get("type") not in OUTPUT_TYPES:
+        return None
+    call_id = item.get("call_id") or item.get("id")
+    output: dict[str, Any] = {"type": OUTPUT_TYPES[item["type"]], "call_id": call_id}
+    if item["type"] == "shell_call":
+        output["output"] = [
+            {"stdout": "", "stderr": text, "outcome": {"type": "exit", "exit_code": 1}}
+        ]
+    else:
+        output["output"] = text
+    if item["type"] == "apply_patch_call":
+        output["status"] = "failed"
+    return output

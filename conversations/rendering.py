@@ -150,8 +150,8 @@ def entries_for(items: Sequence[Any], turns: Sequence[int] | None = None) -> lis
     """
     outputs: dict[str, str] = {}
     for item in items:
-        if session_items.kind(item) == "output":
-            outputs[str(item.get("call_id"))] = session_items.content_text(item.get("output"))
+        if (answer := session_items.output_view(item)) is not None:
+            outputs[answer[0]] = answer[1]
     entries: list[Entry] = []
     for index, item in enumerate(items):
         kind = session_items.kind(item)
@@ -162,22 +162,14 @@ def entries_for(items: Sequence[Any], turns: Sequence[int] | None = None) -> lis
             text = session_items.message_text(item)
             if text.strip():
                 entries.append(Entry("assistant", text=text, html=render_markdown(text)))
-        elif kind == "call":
-            name = str(item.get("name") or "tool")
-            output = outputs.get(str(item.get("call_id")))
-            target = _handoff_target(output) if output is not None else None
+        elif kind == "call" and (call := session_items.call_view(item)) is not None:
+            output = call.output if call.output is not None else outputs.get(call.call_id)
+            target = _handoff_target(output) if output is not None and call.is_function else None
             if target is not None:
                 entries.append(Entry("handoff", text=target))
                 continue
             shown = "" if output is None else formatting.preview(output, TOOL_OUTPUT_PREVIEW)
-            entries.append(
-                Entry(
-                    "tool",
-                    text=session_items.call_display(name, item.get("arguments")),
-                    output=shown,
-                    pending=output is None,
-                )
-            )
+            entries.append(Entry("tool", text=call.text, output=shown, pending=output is None))
     return entries
 
 
@@ -197,36 +189,27 @@ def review_lines(items: Iterable[Any], call_id: str) -> list[dict[str, Any]]:
     names: dict[str, str] = {}
     for item in items:
         kind = session_items.kind(item)
-        if kind == "call":
-            name = str(item.get("name") or "tool")
-            names[str(item.get("call_id") or "")] = name
-            lines.append(
-                {
-                    "kind": "call",
-                    "text": session_items.call_display(name, item.get("arguments")),
-                    "current": item.get("call_id") == call_id,
-                }
-            )
-        elif kind == "output":
-            output = item.get("output")
-            text = (
-                output
-                if isinstance(output, str)
-                else session_items.content_text(output, sep="\n") or json.dumps(output)
-            )
-            lines.append(
-                {
-                    "kind": "output",
-                    "name": names.get(str(item.get("call_id") or ""), "tool"),
-                    "text": text[:REVIEW_OUTPUT_CHARS],
-                    "truncated": len(text) > REVIEW_OUTPUT_CHARS,
-                }
-            )
+        if kind == "call" and (call := session_items.call_view(item)) is not None:
+            names[call.call_id] = call.name
+            lines.append({"kind": "call", "text": call.text, "current": call.call_id == call_id})
+            if call.output is not None:
+                lines.append(_output_line(call.name, call.output))
+        elif kind == "output" and (answer := session_items.output_view(item)) is not None:
+            lines.append(_output_line(names.get(answer[0], "tool"), answer[1]))
         elif kind in ("user", "assistant"):
             text = session_items.message_text(item, sep="\n")
             if text:
                 lines.append({"kind": kind, "text": text})
     return lines
+
+
+def _output_line(name: str, text: str) -> dict[str, Any]:
+    return {
+        "kind": "output",
+        "name": name,
+        "text": text[:REVIEW_OUTPUT_CHARS],
+        "truncated": len(text) > REVIEW_OUTPUT_CHARS,
+    }
 
 
 # --- The latest run -------------------------------------------------------------------------

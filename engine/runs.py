@@ -77,7 +77,14 @@ from approvals.models import (
     arguments_hash,
 )
 from common import formatting
-from conversations.items import is_user_message, message_text, parse_arguments
+from conversations.items import (
+    call_view,
+    is_user_message,
+    message_text,
+    output_view,
+    parse_arguments,
+    stopped_output,
+)
 from conversations.models import Conversation, run_branch
 from conversations.session import open_session, place_run, record_turn_usage, rewrite_items
 from engine import calls as paused_calls
@@ -648,19 +655,20 @@ STOP_LOOKBACK_ITEMS = 50
 
 
 def _unanswered_calls(items: list[Any]) -> list[dict[str, Any]]:
-    """An output for each tool call of the latest turn (since its user message) that has none."""
+    """An output for each tool call of the latest turn (since its user message) that has none,
+    of the type its kind of call takes (a shell command's, a patch's, a function's)."""
     start = max((i for i, item in enumerate(items) if is_user_message(item)), default=-1)
     turn = items[start + 1 :]
-    answered = {item.get("call_id") for item in turn if item.get("type") == "function_call_output"}
-    return [
-        {
-            "type": "function_call_output",
-            "call_id": item.get("call_id"),
-            "output": STOPPED_CALL_OUTPUT,
-        }
-        for item in turn
-        if item.get("type") == "function_call" and item.get("call_id") not in answered
-    ]
+    answered = {answer[0] for item in turn if (answer := output_view(item)) is not None}
+    added = []
+    for item in turn:
+        call = call_view(item)
+        if call is None or call.call_id in answered:
+            continue
+        output = stopped_output(item, STOPPED_CALL_OUTPUT)
+        if output is not None:
+            added.append(output)
+    return added
 
 
 def _stopped_by(run: AgentRun) -> str:

@@ -4,11 +4,13 @@ resume through the SDK exactly once (each job on an event loop of its own)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from agents import Agent, ApplyPatchTool, HostedMCPTool, ShellTool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from django.test import Client
 from openai.types.responses import (
     Response,
     ResponseApplyPatchToolCall,
@@ -326,6 +328,52 @@ def test_a_patch_pauses_with_its_diff_and_runs_once_when_approved(
 
     assert run.status == RunStatus.COMPLETED, run.error
     assert recorder.patches == [("update", "app.py")]
+
+
+def test_the_chat_shows_each_kind_of_call_with_what_answered_it(
+    settings: Any, submitted: list
+) -> None:
+    """The shell command, the patch and the hosted MCP call of a conversation read as notes
+    like a function call's, escaped (the chat showed none of them)."""
+    recorder = Recorder()
+    model = ScriptedModel(
+        [
+            streamed(shell_call(["echo '<b>hi</b>'"])),
+            [patch_call("app.py", "@@ -1 +1 @@\n-a\n+b\n", n=2)],
+            streamed(approval_request(3, name="ask_question")),
+            [assistant_message("Done.")],
+        ]
+    )
+    agent = Agent(
+        name="Ops",
+        model=model,
+        tools=[
+            ShellTool(executor=recorder.shell, needs_approval=True),
+            ApplyPatchTool(editor=recorder, needs_approval=True),
+            hosted(),
+        ],
+    )
+    run = executed(start(settings, agent))
+    for approve in (True, False, True):
+        assert run.status == RunStatus.WAITING, run.error
+        runs.decide(pending(run)[0], make_reviewer(), approve=approve, message="Not today")
+        run = executed(run, "resume")
+    assert run.status == RunStatus.COMPLETED, run.error
+
+    client = Client()
+    client.force_login(run.conversation.owner)
+    page = client.get(f"/chats/{run.conversation.session_id}/").content.decode()
+    notes = [
+        " ".join(re.sub(r"<[^>]+>", " ", note).split())
+        for note in re.findall(r'<div class="note note-tool">(.*?)</div>', page, re.S)
+    ]
+    assert notes == [
+        "shell: echo &#x27;&lt;b&gt;hi&lt;/b&gt;&#x27; → ran",
+        "apply_patch: update app.py → A reviewer rejected this tool call: Not today",
+        "ask_question(repo=&quot;openai/openai-agents-python&quot;) · hosted MCP server deepwiki"
+        " → approved",
+    ]
+    assert "<b>hi</b>" not in page
 
 
 # --- an agent used as a tool, itself needing approval ----------------------------------------

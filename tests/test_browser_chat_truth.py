@@ -307,7 +307,12 @@ def test_a_rating_s_own_answer_makes_the_page_read_nothing_again(
     suite lost its first letters)."""
     open_new_chat(page, live_site)
     reads: list[str] = []
-    page.on("request", lambda request: "/history/" in request.url and reads.append(request.url))
+
+    def note_read(request: Any) -> None:
+        if "/history/" in request.url:
+            reads.append(request.url)
+
+    page.on("request", note_read)
     say(page, "where is order 44")
     expect(page.locator(".turn[data-status=completed]")).to_have_count(1)
     seen = -1

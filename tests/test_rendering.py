@@ -159,3 +159,169 @@ def test_a_reviewer_reads_each_call_and_output_on_its_own_line() -> None:
         "truncated": False,
     }
     assert lines[5] == {"kind": "call", "text": "cancel_order(order_id=42)", "current": True}
+
+
+# Calls of the SDK's other tools, as its session stores them (issue 18: shell, apply_patch,
+# hosted MCP).
+OTHER_KINDS = [
+    {"role": "user", "content": "tidy the build"},
+    {
+        "type": "shell_call",
+        "id": "sh_1",
+        "call_id": "call_sh",
+        "status": "completed",
+        "action": {"commands": ["ls -la", "rm -rf build"], "timeout_ms": 5000},
+    },
+    {
+        "type": "shell_call_output",
+        "call_id": "call_sh",
+        "output": [
+            {"stdout": "total 0\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+            {"stdout": "", "stderr": "rm: busy", "outcome": {"type": "exit", "exit_code": 1}},
+        ],
+    },
+    {
+        "type": "local_shell_call",
+        "id": "ls_1",
+        "call_id": "call_local",
+        "status": "completed",
+        "action": {"type": "exec", "command": ["sleep", "99"], "env": {}},
+    },
+    {"type": "local_shell_call_output", "call_id": "call_local", "output": "slept"},
+    {
+        "type": "apply_patch_call",
+        "id": "ap_1",
+        "call_id": "call_patch",
+        "status": "completed",
+        "operation": {"type": "update_file", "path": "app.py", "diff": "-a\n+b\n"},
+    },
+    {
+        "type": "apply_patch_call_output",
+        "call_id": "call_patch",
+        "status": "failed",
+        "output": "A reviewer rejected this tool call: not today",
+    },
+    {
+        "type": "mcp_approval_request",
+        "id": "mcpr_1",
+        "name": "ask_question",
+        "server_label": "deepwiki",
+        "arguments": '{"repo": "<b>openai</b>"}',
+    },
+    {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True},
+    {
+        "type": "mcp_call",
+        "id": "mcp_1",
+        "approval_request_id": "mcpr_1",
+        "name": "ask_question",
+        "server_label": "deepwiki",
+        "arguments": "{}",
+        "output": "It is a Python SDK.",
+    },
+    {
+        "type": "mcp_approval_request",
+        "id": "mcpr_2",
+        "name": "delete_wiki",
+        "server_label": "deepwiki",
+        "arguments": "{}",
+    },
+    {
+        "type": "mcp_approval_response",
+        "approval_request_id": "mcpr_2",
+        "approve": False,
+        "reason": "No deleting",
+    },
+    {
+        "type": "mcp_call",
+        "id": "mcp_2",
+        "name": "read_wiki",
+        "server_label": "deepwiki",
+        "arguments": '{"page": 1}',
+        "error": "page not found",
+    },
+    {"type": "shell_call", "id": "sh_2", "call_id": "call_sh2", "action": {"commands": ["du"]}},
+]
+
+
+def test_every_kind_of_call_reads_as_a_note_with_what_answered_it() -> None:
+    entries = entries_for(OTHER_KINDS)
+    assert [(entry.kind, entry.text, entry.output, entry.pending) for entry in entries] == [
+        ("user", "tidy the build", "", False),
+        ("tool", "shell: ls -la; rm -rf build", "total 0 rm: busy (exit 1)", False),
+        ("tool", "local_shell: sleep 99", "slept", False),
+        (
+            "tool",
+            "apply_patch: update app.py",
+            "A reviewer rejected this tool call: not today",
+            False,
+        ),
+        (
+            "tool",
+            'ask_question(repo="<b>openai</b>") · hosted MCP server deepwiki',
+            "It is a Python SDK.",
+            False,
+        ),
+        (
+            "tool",
+            "delete_wiki() · hosted MCP server deepwiki",
+            "not approved: No deleting",
+            False,
+        ),
+        ("tool", "read_wiki(page=1) · hosted MCP server deepwiki", "error: page not found", False),
+        ("tool", "shell: du", "", True),
+    ]
+
+
+def test_a_reviewer_reads_every_kind_of_call_and_its_output() -> None:
+    lines = review_lines(OTHER_KINDS, "call_sh2")
+    calls = [(line["text"], line["current"]) for line in lines if line["kind"] == "call"]
+    assert calls[0] == ("shell: ls -la; rm -rf build", False)
+    assert calls[-1] == ("shell: du", True)
+    outputs = [(line["name"], line["text"]) for line in lines if line["kind"] == "output"]
+    assert outputs == [
+        ("shell", "total 0\nrm: busy\n(exit 1)"),
+        ("local_shell", "slept"),
+        ("apply_patch", "A reviewer rejected this tool call: not today"),
+        ("ask_question", "approved"),
+        ("ask_question", "It is a Python SDK."),
+        ("delete_wiki", "not approved: No deleting"),
+        ("read_wiki", "error: page not found"),
+    ]
+
+
+def test_a_stopped_call_of_each_kind_gets_the_output_its_kind_takes() -> None:
+    from engine.runs import STOPPED_CALL_OUTPUT, _unanswered_calls
+
+    added = _unanswered_calls(
+        [
+            {"role": "user", "content": "go"},
+            OTHER_KINDS[1],  # answered below
+            OTHER_KINDS[2],
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "shell_call", "call_id": "s1", "action": {"commands": ["du"]}},
+            {"type": "local_shell_call", "id": "l1", "call_id": "l1", "action": {}},
+            {"type": "apply_patch_call", "call_id": "p1", "operation": {}},
+            {"type": "mcp_approval_request", "id": "mcpr_9", "name": "x", "arguments": "{}"},
+        ]
+    )
+    assert added == [
+        {"type": "function_call_output", "call_id": "c1", "output": STOPPED_CALL_OUTPUT},
+        {
+            "type": "shell_call_output",
+            "call_id": "s1",
+            "output": [
+                {
+                    "stdout": "",
+                    "stderr": STOPPED_CALL_OUTPUT,
+                    "outcome": {"type": "exit", "exit_code": 1},
+                }
+            ],
+        },
+        {"type": "local_shell_call_output", "call_id": "l1", "output": STOPPED_CALL_OUTPUT},
+        {
+            "type": "apply_patch_call_output",
+            "call_id": "p1",
+            "output": STOPPED_CALL_OUTPUT,
+            "status": "failed",
+        },
+    ]

@@ -257,3 +257,66 @@ async def test_a_call_stopped_while_it_runs_gets_an_output_so_the_next_turn_work
     await runs.execute(again.pk)
     await again.arefresh_from_db()
     assert again.status == RunStatus.COMPLETED, again.error
+
+
+async def test_a_shell_command_stopped_while_it_runs_gets_a_shell_output(
+    submitted: list, settings: Any, alice: Any
+) -> None:
+    """The same for a shell command: the output it gets is a shell call's (a function call's
+    output does not answer it, and the next turn would be refused)."""
+    from agents import ShellTool
+
+    from tests.test_approval_kinds import shell_call, streamed
+
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    async def shell(request: Any) -> str:
+        started.set()
+        await finish.wait()
+        return "done"
+
+    agent: Agent[Any] = Agent(
+        name="Ops",
+        model=ScriptedModel(
+            [
+                streamed(shell_call(["make clean"])),
+                [assistant_message("Cleaned.")],
+                [assistant_message("Anything else?")],
+            ]
+        ),
+        tools=[ShellTool(executor=shell, needs_approval=True)],
+    )
+    name = await sync_to_async(scripted.install)(settings, agent)
+    conversation = await sync_to_async(make_conversation)(owner=alice, agent_name=name)
+    run = await sync_to_async(runs.start_run)(conversation, "clean up", alice)
+    await runs.execute(run.pk)
+    request = await ApprovalRequest.objects.aget(run=run)
+    await sync_to_async(runs.decide)(request.pk, await sync_to_async(make_reviewer)(), True)
+    resuming = asyncio.create_task(runs.resume(run.pk))
+    await asyncio.wait_for(started.wait(), 5)
+
+    assert await sync_to_async(runs.stop)(run.pk, alice) is True
+    await asyncio.wait_for(resuming, 5)
+    finish.set()
+
+    await run.arefresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    items = await sync_to_async(items_of)(conversation.pk)
+    answers = [i for i in items if str(i.get("type")).endswith("_output")]
+    assert answers == [
+        {
+            "type": "shell_call_output",
+            "call_id": "call_shell_1",
+            "output": [
+                {
+                    "stdout": "",
+                    "stderr": runs.STOPPED_CALL_OUTPUT,
+                    "outcome": {"type": "exit", "exit_code": 1},
+                }
+            ],
+        }
+    ]
+    again = await sync_to_async(runs.start_run)(conversation, "thanks", alice)
+    await runs.execute(again.pk)
+    await again.arefresh_from_db()
+    assert again.status == RunStatus.COMPLETED, again.error
