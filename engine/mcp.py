@@ -13,7 +13,8 @@ a copy of its own, opened in the run's `scope`:
   tools against the pause's fingerprint;
 - it connects and later cleans up in a task of its own (`_Worker`), as the MCP client needs
   both in one task while the SDK calls the server from others;
-- its tools as listed on connecting are what the fingerprint takes (`listing`): a server
+- its tools as listed on connecting are what the fingerprint takes (`listing`), and what
+  every turn of the run is given (the copy answers the SDK from that listing): a server
   whose tools changed since a pause fails the resume closed;
 - a server that fails to start fails the run with the reason (`ServerUnavailable`);
 - the scope cleans every copy up when the run ends, however it ends.
@@ -179,6 +180,12 @@ class _Worker:
             async with asyncio.timeout(CONNECT_SECONDS):
                 await self.instance.connect()
                 self.tools = list(await self.instance.list_tools())
+            # The SDK lists the tools again at each turn of the agent: this copy answers from
+            # the listing just made (the SDK's own cache), so every turn of the run is given
+            # the tools its fingerprint holds, without a round trip each. A run that needs a
+            # fresh list asks for it with `invalidate_tools_cache()`, as the SDK documents.
+            if hasattr(self.instance, "cache_tools_list"):
+                self.instance.cache_tools_list = True
         except BaseException as exc:
             # Never left half open: the SDK's connect cleans up what it started.
             self.ready.set_exception(

@@ -115,6 +115,32 @@ def test_a_local_servers_write_tool_pauses_and_runs_once_after_approval(
     assert json.loads(data.read_text())["stock"]["grinder"] == 17
 
 
+def test_a_run_lists_a_servers_tools_once_and_its_model_is_given_what_was_fingerprinted(
+    settings: Any, submitted: list, data: Path, monkeypatch: Any
+) -> None:
+    """The tools listed on connecting are the pause's fingerprint; the SDK asks again at each
+    turn of the agent. Each run's copy of the server answers those from that one listing: a
+    round trip saved per turn, and no turn sees tools other than the ones fingerprinted."""
+    listings: list[str] = []
+    listing_page = MCPServerStdio._list_tools_page
+
+    async def counted(self: Any, session: Any, cursor: Any) -> Any:
+        listings.append(self.name)
+        return await listing_page(self, session, cursor)
+
+    monkeypatch.setattr(MCPServerStdio, "_list_tools_page", counted)
+    looked = [function_call("stock_level", {"sku": "grinder"}, call_id="call_look_1")]
+    agent = warehouse_agent(stdio_warehouse(data), looked, RESTOCK, DONE)
+    run = executed(start(settings, agent))
+    assert run.status == RunStatus.WAITING, run.error  # two turns of the agent
+    assert listings == ["warehouse"]
+
+    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), approve=True)
+    run = executed(run, "resume")
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert listings == ["warehouse", "warehouse"]  # the resume's copy: once more, once
+
+
 def test_a_server_whose_tools_changed_since_the_pause_fails_the_resume_closed(
     settings: Any, submitted: list, data: Path
 ) -> None:
