@@ -158,6 +158,8 @@ class PageQuery(schemas.Schema):
 class RequestFilter(PageQuery):
     agent: str | None = schemas.Field(default=None, max_length=100, pattern=schemas.NO_NUL)
     tool: str | None = schemas.Field(default=None, max_length=200, pattern=schemas.NO_NUL)
+    kind: schemas.ToolKindName | None = None
+    server: str | None = schemas.Field(default=None, max_length=200, pattern=schemas.NO_NUL)
 
 
 # --- access ---------------------------------------------------------------------------------
@@ -332,14 +334,19 @@ def _run(run: AgentRun) -> dict[str, Any]:
     tags=["approvals"],
 )
 def list_requests(request: HttpRequest, filters: Query[RequestFilter]) -> dict[str, Any]:
-    """The requests a reviewer can still decide, filtered by agent and tool as in the inbox,
-    `limit` at a time; `next_cursor` reads the next (older) page."""
+    """The requests a reviewer can still decide, filtered as in the inbox (by agent, tool,
+    kind of tool and MCP server), `limit` at a time; `next_cursor` reads the next (older)
+    page."""
     _reviewer(request)
     rows = ApprovalRequest.objects.open().select_related("run__requested_by")
-    if filters.agent:
-        rows = rows.filter(agent_name=filters.agent)
-    if filters.tool:
-        rows = rows.filter(tool_name=filters.tool)
+    for value, column in (
+        (filters.agent, "agent_name"),
+        (filters.tool, "tool_name"),
+        (filters.kind, "kind"),
+        (filters.server, "server"),
+    ):
+        if value:
+            rows = rows.filter(**{column: value})
     listed, next_cursor = _page(rows, filters.cursor, filters.limit)
     explain.attach(listed, with_facts=False)
     return {"items": [_summary(approval) for approval in listed], "next_cursor": next_cursor}

@@ -177,9 +177,9 @@ def _render_new_row(request_id: int, back: str) -> Frame:
 
 
 @database_sync_to_async
-def _render_decided_row(request_id: int, matches: Callable[[str, str], bool], back: str) -> Frame:
+def _render_decided_row(request_id: int, matches: Callable[[Any], bool], back: str) -> Frame:
     approval = _load(request_id)
-    if approval is None or not matches(approval.agent_name, approval.tool_name):
+    if approval is None or not matches(approval):
         return Frame(_badge())
     return _for_everyone(
         approval,
@@ -226,9 +226,8 @@ class InboxConsumer(GuardedConsumer):
         self.request_id = self.view.cleaned_data.get("request")
         # What this socket's rows depend on besides the event: its filter, which decides
         # the rows it gets and the link back to its list in each of them.
-        self.filter = (
-            self.view.cleaned_data.get("agent") or "",
-            self.view.cleaned_data.get("tool") or "",
+        self.filter = tuple(
+            self.view.cleaned_data.get(field) or "" for field in InboxSocketForm.COLUMNS
         )
         self.back = views.inbox_url(views.filter_query(self.view))
         await self.join(events.INBOX_GROUP)
@@ -273,7 +272,7 @@ class InboxConsumer(GuardedConsumer):
 
     async def _created(self, event: events.ApprovalCreated) -> Frame:
         key = event_key(event)
-        if self.show == "pending" and self.view.matches(event.agent_name, event.tool_name):
+        if self.show == "pending" and self.view.matches(event):
             back = self.back
             return await shared(
                 (*key, "pending", self.filter),

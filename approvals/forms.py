@@ -28,6 +28,7 @@ from approvals.models import (
     ExpiryAction,
     PolicyAction,
     PolicyCondition,
+    ToolKind,
 )
 from engine import registry, runs
 
@@ -35,8 +36,13 @@ MAX_BULK = 200
 
 
 class InboxFilterForm(forms.Form):
+    # Each field, and the request's column it selects on.
+    COLUMNS = {"agent": "agent_name", "tool": "tool_name", "kind": "kind", "server": "server"}
+
     agent = forms.CharField(required=False, max_length=100)
     tool = forms.CharField(required=False, max_length=200)
+    kind = forms.ChoiceField(required=False, choices=[("", "Any kind"), *ToolKind.choices])
+    server = forms.CharField(required=False, max_length=200)
 
     def request_filter(self) -> Q:
         """The filter on `ApprovalRequest` rows."""
@@ -45,15 +51,19 @@ class InboxFilterForm(forms.Form):
     def _q(self, prefix: str) -> Q:
         # `prefix` reaches the request from a queryset that joins to it ("request__").
         q = Q()
-        if self.cleaned_data.get("agent"):
-            q &= Q(**{f"{prefix}agent_name": self.cleaned_data["agent"]})
-        if self.cleaned_data.get("tool"):
-            q &= Q(**{f"{prefix}tool_name": self.cleaned_data["tool"]})
+        for field, column in self.COLUMNS.items():
+            if self.cleaned_data.get(field):
+                q &= Q(**{f"{prefix}{column}": self.cleaned_data[field]})
         return q
 
-    def matches(self, agent_name: str, tool_name: str) -> bool:
-        agent, tool = self.cleaned_data.get("agent"), self.cleaned_data.get("tool")
-        return (not agent or agent == agent_name) and (not tool or tool == tool_name)
+    def matches(self, request: Any) -> bool:
+        """Whether the filter selects `request` (an `ApprovalRequest`, or an event that
+        carries its columns)."""
+        return all(
+            not self.cleaned_data.get(field)
+            or self.cleaned_data[field] == getattr(request, column, "")
+            for field, column in self.COLUMNS.items()
+        )
 
 
 class HistoryFilterForm(InboxFilterForm):

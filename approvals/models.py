@@ -385,9 +385,12 @@ class ApprovalRequest(models.Model):
         ]
         indexes = [
             models.Index(fields=["status", "-created"], name="request_status_created"),
-            # The history's agent and tool choices (the distinct pairs of decided requests),
-            # read from this index alone instead of from every row.
-            models.Index(fields=["agent_name", "tool_name", "status"], name="request_agent_tool"),
+            # The history's agent, tool, kind and server choices (the distinct values of
+            # decided requests), read from this index alone instead of from every row.
+            models.Index(
+                fields=["agent_name", "tool_name", "kind", "server", "status"],
+                name="request_agent_tool",
+            ),
         ]
         permissions = [("decide_approvalrequest", "Can approve or reject tool calls")]
 

@@ -35,7 +35,7 @@ from approvals.forms import (
     InboxFilterForm,
     confirmation_token,
 )
-from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, ToolKind
 from common.http import HtmxHttpRequest
 from conversations.items import format_call
 from conversations.rendering import review_lines
@@ -73,9 +73,7 @@ def inbox_url(query: str = "") -> str:
 def filter_query(form: InboxFilterForm) -> str:
     """The form's non-empty values as a query string, for links and the socket."""
     data = getattr(form, "cleaned_data", {})
-    return urlencode(
-        {name: data[name] for name in ("agent", "tool") if data.get(name)},
-    )
+    return urlencode({name: data[name] for name in InboxFilterForm.COLUMNS if data.get(name)})
 
 
 def render_row(approval: ApprovalRequest, **context: Any) -> str:
@@ -126,11 +124,23 @@ def _pending_rows(form: InboxFilterForm) -> list[ApprovalRequest]:
 
 
 def _filter_choices(form: InboxFilterForm, requests: QuerySet[ApprovalRequest]) -> dict[str, Any]:
-    pairs = set(requests.order_by().values_list("agent_name", "tool_name").distinct())
+    """The values each filter offers: those the requests have, and the one chosen. The kind
+    and server filters are offered once there is more than function tools to tell apart."""
+    rows = set(
+        requests.order_by().values_list("agent_name", "tool_name", "kind", "server").distinct()
+    )
     data = getattr(form, "cleaned_data", {}) or {}
-    agents = {agent for agent, _ in pairs} | ({data["agent"]} if data.get("agent") else set())
-    tools = {tool for _, tool in pairs} | ({data["tool"]} if data.get("tool") else set())
-    return {"agent_choices": sorted(agents), "tool_choices": sorted(tools)}
+    offered: dict[str, set[str]] = {}
+    for index, field in enumerate(InboxFilterForm.COLUMNS):
+        chosen = {data[field]} if data.get(field) else set()
+        offered[field] = {row[index] for row in rows if row[index]} | chosen
+    kinds = [(value, label) for value, label in ToolKind.choices if value in offered["kind"]]
+    return {
+        "agent_choices": sorted(offered["agent"]),
+        "tool_choices": sorted(offered["tool"]),
+        "kind_choices": kinds if len(kinds) > 1 or data.get("kind") else [],
+        "server_choices": sorted(offered["server"]),
+    }
 
 
 @require_GET

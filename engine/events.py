@@ -68,6 +68,10 @@ class ApprovalCreated(Event):
     call: str
     created: datetime
     expires_at: datetime
+    # The kind of tool and its MCP server, for the inbox's filters (absent from an event a
+    # process of the previous release sent: a function tool's, as then).
+    kind: str = "function"
+    server: str = ""
 
     @classmethod
     def for_request(cls, request: ApprovalRequest) -> ApprovalCreated:
@@ -81,6 +85,8 @@ class ApprovalCreated(Event):
             call=request.call_display(),
             created=request.created,
             expires_at=request.expires_at,
+            kind=request.kind,
+            server=request.server,
         )
 
     def groups(self) -> list[str]:

@@ -153,6 +153,37 @@ async def test_a_filtered_inbox_gets_only_its_rows() -> None:
     await communicator.disconnect()
 
 
+async def test_an_inbox_filtered_by_kind_or_server_gets_only_its_rows() -> None:
+    rita = await sync_to_async(make_reviewer)()
+    function = await sync_to_async(make_request)(tool_name="restock")
+    served = await sync_to_async(make_request)(tool_name="restock", kind="mcp", server="warehouse")
+    shell = await sync_to_async(make_request)(
+        tool_name="shell", kind="shell", arguments={"commands": ["ls"]}
+    )
+    by_server, _ = await open_socket(rita, "/ws/inbox/?show=pending&server=warehouse")
+    by_kind, _ = await open_socket(rita, "/ws/inbox/?show=pending&kind=shell")
+
+    for request in (function, served, shell):
+        request = await ApprovalRequest.objects.select_related("run").aget(pk=request.pk)
+        await created(request)
+
+    for socket, wanted in ((by_server, served), (by_kind, shell)):
+        frames = [await socket.receive_from(timeout=2) for _ in range(3)]
+        rows = [frame for frame in frames if '<li id="request-' in frame]
+        assert len(rows) == 1 and f'<li id="request-{wanted.pk}"' in rows[0], frames
+        assert 'name="next" value="/inbox/?' in rows[0]
+        await socket.disconnect()
+
+    # Its decision reaches the list it is in, and only that one.
+    by_server, _ = await open_socket(rita, "/ws/inbox/?show=pending&server=warehouse")
+    other, _ = await open_socket(rita, "/ws/inbox/?show=pending&server=deepwiki")
+    await runs.adecide(served.pk, rita, True)
+    assert f'<li id="request-{served.pk}"' in await by_server.receive_from(timeout=2)
+    assert (await other.receive_from(timeout=2)).startswith('<span id="pending-count"')
+    for socket in (by_server, other):
+        await socket.disconnect()
+
+
 async def test_a_stale_hint_pushes_only_the_count_and_the_socket_decides_nothing() -> None:
     rita = await sync_to_async(make_reviewer)()
     request = await sync_to_async(make_request)()

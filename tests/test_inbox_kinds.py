@@ -296,6 +296,52 @@ def test_bulk_confirmation_and_history_show_the_server_and_the_call(
     assert f'id="request-{each_kind["function"].pk}"' not in inbox
 
 
+def test_the_inbox_history_and_api_filter_by_kind_and_by_server(
+    client: Client, rita: Any, each_kind: dict[str, ApprovalRequest]
+) -> None:
+    def listed(html: str) -> set[str]:
+        shown = {f'id="request-{request.pk}"': name for name, request in each_kind.items()}
+        return {name for marker, name in shown.items() if marker in html}
+
+    html = text(client.get(reverse("inbox")))
+    assert '<option value="">All kinds</option>' in html
+    assert '<option value="hosted_mcp">Hosted MCP tool</option>' in html
+    assert '<option value="other">' not in html  # only the kinds there are
+    assert '<option value="warehouse">warehouse</option>' in html
+    assert '<option value="deepwiki">deepwiki</option>' in html
+
+    shells = text(client.get(reverse("inbox"), {"kind": "shell"}))
+    assert listed(shells) == {"shell", "local_shell"}
+    assert '<option value="shell" selected>Shell command</option>' in shells
+    assert 'hx-get="/inbox/rows/?kind=shell"' in shells
+    assert listed(text(client.get(reverse("inbox"), {"server": "warehouse"}))) == {"mcp"}
+    rows = text(client.get(reverse("inbox_rows"), {"kind": "hosted_mcp", "server": "deepwiki"}))
+    assert listed(rows) == {"hosted"}
+    assert (
+        listed(text(client.get(reverse("inbox"), {"kind": "mcp", "server": "deepwiki"}))) == set()
+    )
+    refused = client.get(reverse("inbox"), {"kind": "<b>x</b>"})
+    assert refused.status_code == 400 and "kind:" in text(refused)
+    assert "<b>x</b>" not in text(refused)
+
+    secret = ApiToken.issue(rita, "filters", Scope.READ)[1]
+    by_kind = api(client, secret, "/requests?kind=apply_patch").json()["items"]
+    assert {item["id"] for item in by_kind} == {
+        each_kind[name].pk for name in ("patch", "create", "delete")
+    }
+    by_server = api(client, secret, "/requests?server=warehouse").json()["items"]
+    assert [item["id"] for item in by_server] == [each_kind["mcp"].pk]
+    assert api(client, secret, "/requests?kind=teleport").status_code == 422
+
+    for name in ("mcp", "hosted", "shell"):
+        runs.decide(each_kind[name], rita, True)
+    history = text(client.get(reverse("inbox_history"), {"server": "deepwiki"}))
+    assert "hosted MCP server deepwiki" in history and "MCP server warehouse" not in history
+    history = text(client.get(reverse("inbox_history"), {"kind": "shell"}))
+    assert '<span class="shell-command">ls -la</span>' in history
+    assert "· hosted MCP server deepwiki" not in history
+
+
 # --- deciding -------------------------------------------------------------------------------
 
 
