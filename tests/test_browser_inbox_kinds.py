@@ -149,6 +149,28 @@ def test_rita_reads_and_decides_a_shell_command_a_patch_and_a_hosted_mcp_call(
     assert added != removed and "rgba(0, 0, 0, 0)" not in (added, removed)
     page.screenshot(path=str(screenshots / "inbox-kinds.png"), full_page=True)
 
+    # Filtered to one kind, then to one MCP server: only its rows are left; Clear brings
+    # every row back.
+    page.get_by_label("Kind").select_option("Shell command")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("#pending-rows > li.row-pending")).to_have_count(1)
+    expect(shell.locator(".shell-command")).to_have_count(3)
+    expect(page.get_by_label("Kind")).to_have_value("shell")
+    page.get_by_label("Kind").select_option("All kinds")
+    page.get_by_label("MCP server").select_option("deepwiki")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("#pending-rows > li.row-pending")).to_have_count(1)
+    expect(hosted).to_be_visible()
+    # Its socket's first re-read done: a screenshot marks the focused box with a style that a
+    # swap after it would copy, which the policy refuses.
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+    expect(page.locator("#pending-rows.htmx-request")).to_have_count(0)
+    page.screenshot(path=str(tmp_path / "inbox-kinds-filtered.png"))
+    page.get_by_role("link", name="Clear").click()
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+    expect(page.locator("#pending-rows.htmx-request")).to_have_count(0)
+    expect(page.locator("#pending-rows > li.row-pending")).to_have_count(3)
+
     # A bulk decision lists each call as its row shows it; cancelling decides nothing.
     page.get_by_label("Select all").check()
     page.get_by_role("button", name="Reject selected").click()
