@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from approvals.models import PATCH_VERBS, patch_target, shell_lines
+from common import formatting
 
 # A diff longer than this is cut on the request page (the raw arguments hold all of it); a
 # row or a bulk confirmation shows its first PREVIEW_LINES.
@@ -86,15 +87,6 @@ class PatchView:
         return max(len(self.lines) - PREVIEW_LINES, 0) + self.cut
 
 
-def milliseconds(value: Any) -> str:
-    """A time limit in milliseconds, as people read it: "60 s", "1,500 ms"; "" when none."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        return ""
-    if value % 1000 == 0:
-        return f"{int(value) // 1000:,} s"
-    return f"{value:,g} ms"
-
-
 def shell_view(arguments: Any) -> ShellView | None:
     """A shell call's action for people; None when the arguments are not one."""
     commands = shell_lines(arguments)
@@ -113,7 +105,7 @@ def shell_view(arguments: Any) -> ShellView | None:
     return ShellView(
         commands=commands,
         local="command" in arguments and "commands" not in arguments,
-        timeout=milliseconds(arguments.get("timeout_ms")),
+        timeout=formatting.time_limit_ms(arguments.get("timeout_ms")),
         output_limit=output_limit,
         working_directory=directory if isinstance(directory, str) else "",
         user=user if isinstance(user, str) else "",

@@ -8,6 +8,7 @@ any module may use it.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils import timezone
 from django.utils.timesince import timesince
@@ -79,6 +80,16 @@ def duration(seconds: float | None) -> str:
     if hours < 48:
         return f"{hours} h {rest // 60:02d} min"
     return f"{hours // 24} days"
+
+
+def time_limit_ms(value: Any) -> str:
+    """A time limit given in milliseconds (a shell call's timeout), as people read it: "60 s",
+    "1,500 ms"; "" when there is none."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return ""
+    if value % 1000 == 0:
+        return f"{int(value) // 1000:,} s"
+    return f"{value:,g} ms"
 
 
 def exact_seconds(seconds: float | None) -> str:
