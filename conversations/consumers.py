@@ -146,6 +146,10 @@ class ConversationConsumer(GuardedConsumer):
     async def approval_withdrawn(self, message: dict[str, Any]) -> None:
         await self._send_run(events.ApprovalWithdrawn.model_validate(message["event"]).run_id)
 
+    async def conversation_changed(self, message: dict[str, Any]) -> None:
+        # Another window showed another version, undid or cleared: the page re-reads (chat.js).
+        await self.send(text_data="<template data-resync-now></template>")
+
     async def _send_run(self, run_id: int) -> None:
         session: Any = open_session(self.session_id)
         # Each item with its turn: a finished run's message gets its Edit control.

@@ -32,6 +32,9 @@ class NewConversationForm(forms.Form):
 class MessageForm(forms.Form):
     # Emptiness and length are the run engine's rules; its ValueError becomes this field's error.
     text = forms.CharField(required=False, strip=False, widget=forms.Textarea)
+    # The version of the conversation the page showed (none from a client that does not say:
+    # the message goes on the current one).
+    branch = forms.CharField(required=False, max_length=BRANCH_ID_MAX_LENGTH)
 
 
 class EditForm(forms.Form):

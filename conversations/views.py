@@ -65,7 +65,7 @@ from conversations.session import (
     open_session,
     switch,
 )
-from engine import registry, runs
+from engine import events, registry, runs
 from engine.permissions import is_reviewer
 
 BUSY_WORKING = "The agent is still answering your last message. Send this one when it has replied."
@@ -333,6 +333,10 @@ class _Busy(Exception):
     pass
 
 
+class _Moved(Exception):
+    """The page sent from showed another version of the conversation than the current one."""
+
+
 _View = Callable[..., HttpResponse]
 TOO_LONG = f"The message is too long (at most {runs.MAX_INPUT_CHARS} characters)."
 
@@ -421,6 +425,7 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     form = MessageForm(request.POST)
     status = 400
     busy_with = ""
+    moved = False
     if form.is_valid():
         try:
             with transaction.atomic():
@@ -434,7 +439,18 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
                 busy = _busy_message(conversation)
                 if busy:
                     raise _Busy(busy)
+                shown = form.cleaned_data["branch"]
+                current = (
+                    Conversation.objects.filter(pk=conversation.pk)
+                    .values_list("current_branch", flat=True)
+                    .get()
+                )
+                if shown and shown != current:
+                    raise _Moved(SEND_MOVED)
                 runs.start_run(conversation, form.cleaned_data["text"], request.user)
+        except _Moved as refusal:
+            form.add_error("text", str(refusal))
+            status, moved = 409, True
         except _Busy as refusal:
             form.add_error("text", str(refusal))
             # The page takes this error away once the run is no longer so (chat.js).
@@ -451,7 +467,10 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
                 "available. Start a new conversation.",
             )
     if form.errors:
-        return _refused(request, conversation, form, status=status, busy=busy_with)
+        refused = _refused(request, conversation, form, status=status, busy=busy_with)
+        if moved and request.htmx:
+            refused["HX-Trigger"] = "resync"  # the page shows the version there is now
+        return refused
     if request.htmx:
         # The run's block arrives over the socket (or with the next re-sync).
         return render(
@@ -526,6 +545,7 @@ def chat_undo(request: HttpRequest, session_id: str) -> HttpResponse:
     if removed:
         _touch(conversation)
         _rewind_agent(conversation, message_text(removed[-1]))
+        events.changed_on_commit(conversation.pk)
         messages.success(request, "Your last message and its reply were removed.")
     else:
         messages.info(request, "There is nothing to undo.")
@@ -551,6 +571,7 @@ def chat_clear(request: HttpRequest, session_id: str) -> HttpResponse:
     _touch(conversation)
     # Nobody has answered any more: the conversation's own agent answers next.
     Conversation.objects.filter(pk=conversation.pk).update(current_agent="")
+    events.changed_on_commit(conversation.pk)
     messages.success(request, "The conversation was cleared.")
     return redirect("chat", session_id=session_id)
 
@@ -579,6 +600,10 @@ EDIT_WAITING = (
 EDIT_MOVED = (
     "This conversation was switched to another version meanwhile (in another window?): here "
     "it is now. Edit the message again if you still want to."
+)
+SEND_MOVED = (
+    "This conversation was switched to another version meanwhile (in another window?), so "
+    "your message was not sent: here is that version now. Send it again if you still want to."
 )
 NO_SUCH_TURN = "There is no message {turn} in this version of the conversation to edit."
 SWITCH_BUSY = "You can switch versions once the agent has finished."
@@ -642,6 +667,7 @@ def chat_edit(request: HtmxHttpRequest, session_id: str, turn: int) -> HttpRespo
             # As after an undo back to that message: the agent it was sent to answers.
             _rewind_agent(conversation, original)
             runs.start_run(conversation, text, request.user)
+            events.changed_on_commit(conversation.pk)
     except _Busy as refusal:
         editing.error = str(refusal)
     except runs.RateLimited as limit:
@@ -717,6 +743,7 @@ def chat_branch(request: HttpRequest, session_id: str) -> HttpResponse:
         )
         current_agent = "" if started in (None, conversation.agent_name) else started
         Conversation.objects.filter(pk=conversation.pk).update(current_agent=current_agent)
+        events.changed_on_commit(conversation.pk)
     messages.success(request, f"Now showing: {branch_label(branch)}.")
     return redirect("chat", session_id=session_id)
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import transaction
 from pydantic import BaseModel
 
 from engine import serverloop
@@ -137,6 +138,23 @@ class TextDelta(Event):
 
     def groups(self) -> list[str]:
         return [conversation_group(self.conversation_id)]
+
+
+class ConversationChanged(Event):
+    """The conversation's messages changed other than by a run: another version shown, an
+    exchange undone, the conversation cleared. Its open pages re-read them."""
+
+    type: Literal["conversation.changed"] = "conversation.changed"
+    conversation_id: int
+
+    def groups(self) -> list[str]:
+        return [conversation_group(self.conversation_id)]
+
+
+def changed_on_commit(conversation_id: int) -> None:
+    """Tell the conversation's open pages, once the change is committed, to re-read it."""
+    event = ConversationChanged(conversation_id=conversation_id)
+    transaction.on_commit(lambda: publish_threadsafe([event]))
 
 
 class TraceUpdated(Event):

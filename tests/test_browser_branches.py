@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from approvals.models import AgentRun
 from conversations.models import Conversation
 from demo.seed import seed_orders
 from tests.browser import log_in
@@ -149,3 +150,56 @@ def test_an_edit_without_javascript_forks_too(
     expect(nojs.get_by_test_id("version-current")).to_have_text("Original")
     assert bubbles(nojs) == QUESTIONS
     plain.close()
+
+
+def test_a_version_chosen_in_one_window_is_shown_in_the_other(
+    live_site: Any, page: Any, alice: Any
+) -> None:
+    """Two windows on one conversation: a version switch in one re-reads the other at once;
+    a window that missed it (its re-read held) does not send a message on a version it does
+    not show, keeps it in the box, and catches up."""
+    url = a_three_turn_conversation(page, live_site)
+    second = page.locator(".msg-user").nth(1)
+    second.get_by_test_id("edit-message").click()
+    second.get_by_test_id("edit-text").fill(EDITED)
+    second.get_by_test_id("edit-send").click()
+    expect(page.get_by_test_id("version-current")).to_have_text("Edit 1")
+    expect(replies(page)).to_have_count(2, timeout=25_000)
+    expect(page.locator(".turn[data-active]")).to_have_count(0, timeout=25_000)
+
+    other = page.context.new_page()
+    other.set_default_timeout(10_000)
+    other.goto(url)
+    wait_until_live(other)
+    other.evaluate("window.__sameDocument = true")
+    expect(other.get_by_test_id("version-current")).to_have_text("Edit 1")
+
+    page.get_by_role("button", name="Original").click()
+    expect(page.get_by_test_id("version-current")).to_have_text("Original")
+    expect(other.get_by_test_id("version-current")).to_have_text("Original")
+    expect(other.locator(".msg-user .bubble")).to_have_count(3)
+    assert bubbles(other) == QUESTIONS
+    assert other.evaluate("window.__sameDocument === true")  # re-read, not reloaded
+
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        held.append(route)
+
+    other.route(re.compile(r"/history/$"), hold)
+    page.get_by_role("button", name="Edit 1").click()
+    expect(page.get_by_test_id("version-current")).to_have_text("Edit 1")
+    while not held:
+        other.wait_for_timeout(20)
+    say(other, "and order 46?")
+    expect(other.locator("#composer-error")).to_contain_text("switched to another version")
+    expect(other.get_by_label("Message")).to_have_value("and order 46?")
+
+    for route in held:
+        route.continue_()  # read now: the version there is
+    other.unroute(re.compile(r"/history/$"), hold)
+    expect(other.get_by_test_id("version-current")).to_have_text("Edit 1")
+    assert bubbles(other) == [QUESTIONS[0], EDITED]
+    conversation = Conversation.objects.get(session_id=url.rstrip("/").rsplit("/", 1)[-1])
+    assert not AgentRun.objects.filter(conversation=conversation, input="and order 46?").exists()
+    other.close()

@@ -17,8 +17,8 @@ from approvals.models import AgentRun, RunStatus
 from conversations.consumers import _render_run
 from conversations.models import Branch, Conversation, RunBranch, SessionItem, TurnUsage
 from conversations.session import DjangoSession, open_session
-from conversations.views import EDIT_BUSY, EDIT_MOVED, EDIT_WAITING, TOO_LONG
-from engine import runs
+from conversations.views import EDIT_BUSY, EDIT_MOVED, EDIT_WAITING, SEND_MOVED, TOO_LONG
+from engine import events, runs
 from tests.factories import make_conversation, make_user
 
 pytestmark = [
@@ -267,6 +267,72 @@ def test_an_edit_from_a_page_showing_another_version_is_not_applied(
     assert response.status_code == 302
     assert EDIT_MOVED in client_for_alice.get(response.url).content.decode()
     assert list(Branch.objects.values_list("branch_id", flat=True)) == ["edit-1"]
+
+
+def send(client: Client, conversation: Conversation, text: str, **data: Any) -> Any:
+    headers = data.pop("headers", {})
+    return client.post(
+        f"/chats/{conversation.session_id}/messages/", {"text": text, **data}, headers=headers
+    )
+
+
+def test_a_message_from_a_page_showing_another_version_is_not_sent(
+    client_for_alice: Client, conversation: Conversation
+) -> None:
+    """Two windows: one shows the original, the other switched to Edit 1 since. A message
+    sent from the first would go on a version its page does not show."""
+    page = client_for_alice.get(f"/chats/{conversation.session_id}/").content.decode()
+    assert '<input type="hidden" name="branch" value="main" form="composer"' in page
+    edit(client_for_alice, conversation, 2, "where is order 42 really")
+    run_latest(conversation)
+    runs_before = AgentRun.objects.count()
+
+    stale = send(client_for_alice, conversation, "and order 46?", branch="main")
+    assert stale.status_code == 409
+    assert escape(SEND_MOVED) in stale.content.decode()
+    assert "and order 46?</textarea>" in stale.content.decode()  # kept in the box
+    assert current_version(stale) == "Edit 1"  # and the page shows that version now
+    htmx = send(client_for_alice, conversation, "and order 46?", branch="main", headers=HTMX)
+    assert htmx.status_code == 200 and htmx["HX-Trigger"] == "resync"
+    assert escape(SEND_MOVED) in htmx.content.decode()
+    assert AgentRun.objects.count() == runs_before
+
+    # From a page that shows Edit 1, or from a client that does not say: sent, on Edit 1.
+    assert send(client_for_alice, conversation, "thanks", branch="edit-1").status_code == 302
+    run_latest(conversation)
+    assert send(client_for_alice, conversation, "bye").status_code == 302
+    run_latest(conversation)
+    edited = asyncio.run(DjangoSession(conversation.session_id).get_items(branch_id="edit-1"))
+    assert [i["content"] for i in edited if i.get("role") == "user"][-2:] == ["thanks", "bye"]
+    history = client_for_alice.get(f"/chats/{conversation.session_id}/history/").content.decode()
+    assert '<input type="hidden" name="branch" value="edit-1" form="composer"' in history
+
+
+def test_a_switch_an_edit_an_undo_and_a_clear_tell_the_conversation_s_open_pages(
+    client_for_alice: Client, conversation: Conversation, monkeypatch: Any
+) -> None:
+    published: list[Any] = []
+    monkeypatch.setattr(events, "publish_threadsafe", lambda sent: published.extend(sent))
+
+    def changes() -> int:
+        found = [e for e in published if isinstance(e, events.ConversationChanged)]
+        published.clear()
+        assert all(e.conversation_id == conversation.pk for e in found)
+        return len(found)
+
+    edit(client_for_alice, conversation, 2, "where is order 42 really")
+    assert changes() == 1
+    run_latest(conversation)
+    switch(client_for_alice, conversation, "main")
+    assert changes() == 1
+    client_for_alice.post(f"/chats/{conversation.session_id}/undo/")
+    assert changes() == 1
+    client_for_alice.post(f"/chats/{conversation.session_id}/clear/")
+    assert changes() == 1
+    # Nothing changed, nothing said: a switch refused, an undo with nothing to undo.
+    switch(client_for_alice, conversation, "edit-9")
+    client_for_alice.post(f"/chats/{conversation.session_id}/undo/")
+    assert changes() == 0
 
 
 def test_an_htmx_edit_goes_to_the_page_of_the_new_version(

@@ -230,3 +230,17 @@ async def test_a_paused_turn_says_what_it_waits_for(submitted: list) -> None:
     )
     await asyncio.sleep(0)
     await communicator.disconnect()
+
+
+async def test_a_change_made_in_another_window_makes_the_page_re_read() -> None:
+    _, conversation, cookie = await sync_to_async(setup_alice)()
+    communicator = socket(conversation, cookie, ORIGIN)
+    connected, _ = await communicator.connect()
+    assert connected
+    other = await sync_to_async(make_conversation)(owner=conversation.owner)
+
+    await events.publish([events.ConversationChanged(conversation_id=other.pk)])
+    assert await communicator.receive_nothing(timeout=0.1)  # another conversation's
+    await events.publish([events.ConversationChanged(conversation_id=conversation.pk)])
+    assert await communicator.receive_from(timeout=2) == "<template data-resync-now></template>"
+    await communicator.disconnect()

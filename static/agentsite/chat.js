@@ -138,7 +138,15 @@
 
   document.addEventListener("htmx:wsBeforeMessage", function (event) {
     var message = event.detail && event.detail.message;
-    if (typeof message !== "string" || message.indexOf("data-delta") < 0) return;
+    if (typeof message !== "string") return;
+    // The conversation changed in another window (another version shown, an undo, a clear):
+    // read it again.
+    if (message.indexOf("<template data-resync-now>") === 0) {
+      event.preventDefault();
+      document.body.dispatchEvent(new CustomEvent("resync"));
+      return;
+    }
+    if (message.indexOf("data-delta") < 0) return;
     var template = document.createElement("template");
     template.innerHTML = message;
     var frame = template.content.firstElementChild;
