@@ -158,8 +158,13 @@ def test_a_worker_whose_loop_is_busy_computing_claims_no_more_runs(
     queued = [start_run("where is order 7") for _ in range(3)]
     time.sleep(0.3)
     assert worker.loop_busy()
-    # It may claim one (the claim comes before the check that holds the next one), no more.
-    assert task_statuses() == ["READY", "READY", "RUNNING", "RUNNING"]
+    # It may claim one (the claim comes before the check that holds the next one), no more;
+    # under load its poll may not even have come round yet (a full run on a fresh clone saw
+    # none claimed).
+    assert task_statuses() in (
+        ["READY", "READY", "READY", "RUNNING"],
+        ["READY", "READY", "RUNNING", "RUNNING"],
+    )
 
     # Once it is free again, it claims them all at once (room for 10).
     wait_until(
@@ -168,7 +173,9 @@ def test_a_worker_whose_loop_is_busy_computing_claims_no_more_runs(
     )
     wait_until(lambda: not worker.loop_busy())
     wait_until(lambda: task_statuses() == ["SUCCESSFUL"] * 4, lambda: str(task_statuses()))
-    assert most_at_once() == 4
+    # The three queued at once (the first may have ended meanwhile: its model's second
+    # passed while the loop computed).
+    assert most_at_once() >= 3
 
 
 def test_a_run_job_that_raises_fails_its_task_and_the_worker_goes_on(
