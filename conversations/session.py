@@ -592,24 +592,34 @@ class DjangoSession(SessionABC):
         UPDATE does it per conversation.)
         """
         sql, own = statements(), self._branch
+        locked: tuple[int, str, int | None] | None = None
         if self._conversation_pk is not None:
             # The cached pk, checked: a conversation deleted meanwhile is looked up again.
             touched = _fetch_one(
                 cursor, sql.touch_by_pk, [now, self._conversation_pk, self.session_id, own]
             )
             if touched is not None:
-                return self._conversation_pk, own or str(touched[0]), touched[1]
-        row = _fetch_one(cursor, sql.touch_by_session, [now, self.session_id, own])
-        if row is None and create:
-            conversation, _ = Conversation.objects.get_or_create(
-                session_id=self.session_id,
-                defaults={"owner": self._owner, "agent_name": self._agent_name or ""},
-            )
-            # Created now, or by a concurrent writer a moment ago: lock it all the same.
+                locked = self._conversation_pk, own or str(touched[0]), touched[1]
+        if locked is None:
             row = _fetch_one(cursor, sql.touch_by_session, [now, self.session_id, own])
-            assert row is not None and row[0] == conversation.pk
-        self._conversation_pk = row[0] if row is not None else None
-        return (row[0], own or str(row[1]), row[2]) if row is not None else None
+            if row is None and create:
+                conversation, _ = Conversation.objects.get_or_create(
+                    session_id=self.session_id,
+                    defaults={"owner": self._owner, "agent_name": self._agent_name or ""},
+                )
+                # Created now, or by a concurrent writer a moment ago: lock it all the same.
+                row = _fetch_one(cursor, sql.touch_by_session, [now, self.session_id, own])
+                assert row is not None and row[0] == conversation.pk
+            self._conversation_pk = row[0] if row is not None else None
+            if row is None:
+                return None
+            locked = row[0], own or str(row[1]), row[2]
+        if connection.vendor != "sqlite":
+            # The newest turn as committed now that the lock is held (`sql.newest_turn`).
+            pk, branch, _ = locked
+            newest = _fetch_one(cursor, sql.newest_turn, [pk, branch, branch])
+            locked = pk, branch, newest[0] if newest is not None else None
+        return locked
 
     def _locked(self) -> tuple[int, str] | None:
         """The conversation locked for a branch operation (in a transaction), with this

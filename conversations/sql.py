@@ -69,6 +69,10 @@ class Statements:
     # the newest turn: the same lock, found by session id (the first write of a session; a
     # pop on PostgreSQL) (session store: "add_items", "pop_item()").
     touch_by_session: str
+    # Params: conversation pk, branch, branch. The turn of the branch's newest item: read on
+    # its own once the lock is held, where the lock's RETURNING cannot read it (see
+    # `statements`).
+    newest_turn: str
     # Params: `of_branch`, limit. The newest `limit` rows as (id, payload), newest first: what
     # compaction reads, and reads again under the lock before it replaces them.
     compaction_rows: str
@@ -108,7 +112,13 @@ def statements() -> Statements:
         f"{item_conversation} = (SELECT {conversation_id} FROM {conversations} "
         f"WHERE {session_id} = %s) AND {branch} >= {the_branch} AND {branch} <= {the_branch}"
     )
-    # In the RETURNING of the lock: the branch's newest item, on the same index.
+    # In the RETURNING of the lock: the branch's newest item, on the same index. Right on
+    # SQLite only, whose writers queue at BEGIN: what the UPDATE reads is what is committed
+    # once it has the lock. PostgreSQL reads a statement's subqueries in the snapshot taken
+    # when the statement began: an UPDATE that waited for the lock re-reads the
+    # conversation's row, but this would be the newest turn as it was before the wait (the
+    # appends of the writer it waited for unseen). There the session reads the turn again
+    # with `newest_turn`, a statement of its own.
     newest_turn = (
         f"(SELECT {turn} FROM {items} "
         f"WHERE {item_conversation} = {conversations}.{conversation_id} "
@@ -185,6 +195,10 @@ def statements() -> Statements:
         touch_by_session=(
             f"UPDATE {conversations} SET {updated} = %s WHERE {session_id} = %s "
             f"RETURNING {conversation_id}, {current}, {newest_turn}"
+        ),
+        newest_turn=(
+            f"SELECT {turn} FROM {items} WHERE {item_conversation} = %s "
+            f"AND {branch} >= %s AND {branch} <= %s ORDER BY {branch} DESC, {item_id} DESC LIMIT 1"
         ),
         compaction_rows=(
             f"SELECT {item_id}, {payload} FROM {items} WHERE {of_branch} "

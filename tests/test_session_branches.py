@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from agents.usage import Usage
 from cryptography.fernet import Fernet
-from django.db import connection
+from django.db import connection, connections, transaction
 
 from conversations.models import Branch, Conversation, SessionItem, TurnUsage
 from conversations.session import (
@@ -395,6 +396,64 @@ def test_the_migration_places_items_stored_before_branches(settings: Any) -> Non
 
 
 # --- writers of one conversation -------------------------------------------------------------
+
+
+def test_an_append_that_waited_for_another_s_lock_numbers_its_turn_after_it() -> None:
+    """The second of two appends waits on the conversation's lock; the turn it numbers from
+    must be read once it has the lock. (On PostgreSQL the newest turn was read in the locking
+    UPDATE's RETURNING, whose subquery keeps the snapshot taken before the wait: it did not
+    see the first append's items, and both appends made turn 2. The full suite on a fresh
+    clone failed the test below on it, 2 runs in 15 alone.)"""
+    asyncio.run(DjangoSession("waiting").add_items([user_message("first"), reply("first")]))
+    holding, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            with transaction.atomic():
+                DjangoSession("waiting")._add_items_sync([user_message("second"), reply("second")])
+                holding.set()
+                release.wait(10)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    def second() -> None:
+        try:
+            asyncio.run(DjangoSession("waiting").add_items([user_message("third"), reply("third")]))
+        except BaseException as exc:
+            errors.append(exc)
+
+    holder = threading.Thread(target=first)
+    holder.start()
+    assert holding.wait(10)
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    if connection.vendor == "postgresql":
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        for _ in range(200):
+            with connection.cursor() as cursor:
+                cursor.execute(waiting)
+                if cursor.fetchone()[0]:
+                    break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the second append never waited for the lock")
+    else:
+        time.sleep(0.3)  # SQLite: it waits for the database's write lock
+    release.set()
+    holder.join()
+    waiter.join()
+    assert errors == []
+
+    session = DjangoSession("waiting")
+    turns = asyncio.run(session.get_conversation_turns("main"))
+    assert [(t["turn"], t["content"]) for t in turns] == [
+        (1, "first"),
+        (2, "second"),
+        (3, "third"),
+    ]
 
 
 def test_a_fork_among_concurrent_appends_copies_whole_turns_and_appends_stay_whole() -> None:
