@@ -426,7 +426,11 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     status = 400
     busy_with = ""
     moved = False
-    if form.is_valid():
+    valid = form.is_valid()
+    if not valid and "branch" in form.errors:
+        # Only a hand-made post names no version a page could show: said where she reads.
+        form.add_error("text", SEND_NO_SUCH_VERSION)
+    if valid:
         try:
             with transaction.atomic():
                 # Two quick sends of one conversation queue on this lock, so the second sees
@@ -604,6 +608,10 @@ EDIT_MOVED = (
 SEND_MOVED = (
     "This conversation was switched to another version meanwhile (in another window?), so "
     "your message was not sent: here is that version now. Send it again if you still want to."
+)
+SEND_NO_SUCH_VERSION = (
+    "This message names no version of this conversation, so it was not sent. Reload the page "
+    "and send it again."
 )
 NO_SUCH_TURN = "There is no message {turn} in this version of the conversation to edit."
 SWITCH_BUSY = "You can switch versions once the agent has finished."

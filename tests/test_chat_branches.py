@@ -17,7 +17,14 @@ from approvals.models import AgentRun, RunStatus
 from conversations.consumers import _render_run
 from conversations.models import Branch, Conversation, RunBranch, SessionItem, TurnUsage
 from conversations.session import DjangoSession, open_session
-from conversations.views import EDIT_BUSY, EDIT_MOVED, EDIT_WAITING, SEND_MOVED, TOO_LONG
+from conversations.views import (
+    EDIT_BUSY,
+    EDIT_MOVED,
+    EDIT_WAITING,
+    SEND_MOVED,
+    SEND_NO_SUCH_VERSION,
+    TOO_LONG,
+)
 from engine import events, runs
 from tests.factories import make_conversation, make_user
 
@@ -295,6 +302,13 @@ def test_a_message_from_a_page_showing_another_version_is_not_sent(
     htmx = send(client_for_alice, conversation, "and order 46?", branch="main", headers=HTMX)
     assert htmx.status_code == 200 and htmx["HX-Trigger"] == "resync"
     assert escape(SEND_MOVED) in htmx.content.decode()
+    assert AgentRun.objects.count() == runs_before
+
+    for bad in ("\x00", "x" * 500):
+        refused = send(client_for_alice, conversation, "and order 46?", branch=bad)
+        assert refused.status_code == 400
+        assert escape(SEND_NO_SUCH_VERSION) in refused.content.decode()
+        assert "and order 46?</textarea>" in refused.content.decode()
     assert AgentRun.objects.count() == runs_before
 
     # From a page that shows Edit 1, or from a client that does not say: sent, on Edit 1.
