@@ -181,6 +181,7 @@ from tests.live import (  # noqa: E402,F401  (fixtures)
     browser,
     csp_problems,
     live_site,
+    live_site_traces_flushed,
     module_chromium,
     page,
     screenshots,

@@ -132,6 +132,23 @@ def stop_site(site: LiveSite) -> None:
         site.process.kill()
 
 
+def flush_traces(site: LiveSite) -> None:
+    """Have `site` store the traces its processor holds (tests/urls.py): at the end of a test,
+    before its database is emptied. Without it, a trace stored a moment after the test ended
+    landed in the next test's database (tests that count traces saw one more)."""
+    with urllib.request.urlopen(f"{site.url}/__tests__/flush-traces/", timeout=30) as answer:
+        assert answer.status == 204, answer.status
+
+
+@pytest.fixture(autouse=True)
+def live_site_traces_flushed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used the shared `live_site` (its database emptied only after this
+    fixture's teardown: pytest-django's database fixtures come first), its traces are in."""
+    yield
+    if "live_site" in request.fixturenames:
+        flush_traces(request.getfixturevalue("live_site"))
+
+
 @pytest.fixture(scope="session")
 def live_site(
     django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory

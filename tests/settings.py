@@ -67,3 +67,7 @@ if not os.environ.get("AGENTSITE_LIVE_TEST_SERVER") and not os.environ.get(
     "AGENTSITE_HEARTBEAT_SECONDS"
 ):
     AGENTSITE_HEARTBEAT_SECONDS = 0.0
+
+if os.environ.get("AGENTSITE_LIVE_TEST_SERVER"):
+    # The site's URLs and the hook the test process calls after each test (tests/urls.py).
+    ROOT_URLCONF = "tests.urls"
