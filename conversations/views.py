@@ -21,7 +21,7 @@ from django.core.exceptions import BadRequest, RequestDataTooBig
 from django.core.paginator import Paginator
 from django.db import DatabaseError, models, transaction
 from django.db.models import Exists, OuterRef, Subquery
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import get_template, render_to_string
@@ -434,21 +434,20 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         try:
             with transaction.atomic():
                 # Two quick sends of one conversation queue on this lock, so the second sees
-                # the run of the first and is refused: a double click starts one run.
-                list(
+                # the run of the first and is refused: a double click starts one run. (And
+                # the version it reads is the current one: a switch takes the lock too.)
+                current = (
                     Conversation.objects.select_for_update()
                     .filter(pk=conversation.pk)
-                    .values_list("pk", flat=True)
+                    .values_list("current_branch", flat=True)
+                    .first()
                 )
+                if current is None:
+                    raise Http404("No conversation found.")  # deleted a moment ago
                 busy = _busy_message(conversation)
                 if busy:
                     raise _Busy(busy)
                 shown = form.cleaned_data["branch"]
-                current = (
-                    Conversation.objects.filter(pk=conversation.pk)
-                    .values_list("current_branch", flat=True)
-                    .get()
-                )
                 if shown and shown != current:
                     raise _Moved(SEND_MOVED)
                 runs.start_run(conversation, form.cleaned_data["text"], request.user)
