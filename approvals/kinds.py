@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from approvals.models import PATCH_VERBS, patch_target, shell_lines
 from common import formatting
+from conversations.items import PATCH_VERBS, patch_target, shell_lines
 
 # A diff longer than this is cut on the request page (the raw arguments hold all of it); a
 # row or a bulk confirmation shows its first PREVIEW_LINES.

@@ -287,10 +287,6 @@ class ToolKind(models.TextChoices):
 
 
 MCP_KINDS = (ToolKind.MCP, ToolKind.HOSTED_MCP)
-# How a shell call and a patch read (`conversations.items`, which reads session items too).
-PATCH_VERBS = items.PATCH_VERBS
-shell_lines = items.shell_lines
-patch_target = items.patch_target
 
 
 class ApprovalRequestQuerySet(models.QuerySet["ApprovalRequest"]):

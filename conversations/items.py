@@ -24,14 +24,13 @@ def kind(item: Any) -> str:
     if not isinstance(item, dict):
         return ""
     item_type = item.get("type")
-    if item_type == "function_call":
-        return "call"
-    if item_type == "function_call_output":
+    if item_type in _OUTPUTS or item_type == "mcp_approval_response":
         return "output"
-    if output_view(item) is not None:
-        return "output"
-    if call_view(item) is not None:
+    if item_type in OUTPUT_TYPES or item_type == "mcp_approval_request":
         return "call"
+    if item_type == "mcp_call":
+        # One whose approval was asked for answers that request; else it is the call.
+        return "output" if item.get("approval_request_id") else "call"
     role = item.get("role")
     if role in ("user", "assistant") and item_type in (None, "message"):
         return str(role)
@@ -321,7 +320,7 @@ def stopped_output(item: Any, text: str) -> dict[str, Any] | None:
     the session must answer."""
     if not isinstance(item, dict) or item.get("type") not in OUTPUT_TYPES:
         return None
-    call_id = item.get("call_id") or item.get("id")
+    call_id = str(item.get("call_id") or item.get("id") or "")
     output: dict[str, Any] = {"type": OUTPUT_TYPES[item["type"]], "call_id": call_id}
     if item["type"] == "shell_call":
         output["output"] = [

@@ -24,7 +24,6 @@ from markdown_it import MarkdownIt
 
 from approvals.models import (
     MCP_KINDS,
-    PATCH_VERBS,
     AgentRun,
     ApprovalDecision,
     ApprovalRequest,
@@ -32,11 +31,10 @@ from approvals.models import (
     DecisionKind,
     RunStatus,
     ToolKind,
-    patch_target,
-    shell_lines,
 )
 from common import formatting
 from conversations import items as session_items
+from conversations.items import PATCH_VERBS, patch_target, shell_lines
 from conversations.models import (
     MAIN_BRANCH,
     Branch,

@@ -78,7 +78,6 @@ from approvals.models import (
 )
 from common import formatting
 from conversations.items import (
-    call_view,
     is_user_message,
     message_text,
     output_view,
@@ -660,15 +659,8 @@ def _unanswered_calls(items: list[Any]) -> list[dict[str, Any]]:
     start = max((i for i, item in enumerate(items) if is_user_message(item)), default=-1)
     turn = items[start + 1 :]
     answered = {answer[0] for item in turn if (answer := output_view(item)) is not None}
-    added = []
-    for item in turn:
-        call = call_view(item)
-        if call is None or call.call_id in answered:
-            continue
-        output = stopped_output(item, STOPPED_CALL_OUTPUT)
-        if output is not None:
-            added.append(output)
-    return added
+    outputs = (stopped_output(item, STOPPED_CALL_OUTPUT) for item in turn)
+    return [each for each in outputs if each is not None and each["call_id"] not in answered]
 
 
 def _stopped_by(run: AgentRun) -> str:
