@@ -24,7 +24,13 @@ from ninja.errors import HttpError, ValidationError
 from api import schemas
 from api.auth import BearerToken, Caller, Forbidden, Unauthorized, require_scope
 from approvals import explain
-from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, ToolKind
+from approvals.models import (
+    FILTER_COLUMNS,
+    AgentRun,
+    ApprovalDecision,
+    ApprovalRequest,
+    ToolKind,
+)
 from conversations.models import Conversation
 from conversations.views import BUSY_WAITING, BUSY_WORKING
 from engine import permissions, policies, registry, runs
@@ -339,13 +345,8 @@ def list_requests(request: HttpRequest, filters: Query[RequestFilter]) -> dict[s
     page."""
     _reviewer(request)
     rows = ApprovalRequest.objects.open().select_related("run__requested_by")
-    for value, column in (
-        (filters.agent, "agent_name"),
-        (filters.tool, "tool_name"),
-        (filters.kind, "kind"),
-        (filters.server, "server"),
-    ):
-        if value:
+    for name, column in FILTER_COLUMNS.items():
+        if value := getattr(filters, name):
             rows = rows.filter(**{column: value})
     listed, next_cursor = _page(rows, filters.cursor, filters.limit)
     explain.attach(listed, with_facts=False)

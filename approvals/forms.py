@@ -21,6 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q, Subquery
 
 from approvals.models import (
+    FILTER_COLUMNS,
     ApprovalPolicy,
     ConditionOperator,
     ConditionSource,
@@ -36,8 +37,7 @@ MAX_BULK = 200
 
 
 class InboxFilterForm(forms.Form):
-    # Each field, and the request's column it selects on.
-    COLUMNS = {"agent": "agent_name", "tool": "tool_name", "kind": "kind", "server": "server"}
+    COLUMNS = FILTER_COLUMNS
 
     agent = forms.CharField(required=False, max_length=100)
     tool = forms.CharField(required=False, max_length=200)

@@ -289,6 +289,11 @@ class ToolKind(models.TextChoices):
 MCP_KINDS = (ToolKind.MCP, ToolKind.HOSTED_MCP)
 
 
+# What the inbox, its sockets, the history and the API filter requests by: each filter's
+# name, and the request's column it selects on.
+FILTER_COLUMNS = {"agent": "agent_name", "tool": "tool_name", "kind": "kind", "server": "server"}
+
+
 class ApprovalRequestQuerySet(models.QuerySet["ApprovalRequest"]):
     def pending(self) -> ApprovalRequestQuerySet:
         return self.filter(status=ApprovalStatus.PENDING)
