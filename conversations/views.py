@@ -333,6 +333,21 @@ class _Busy(Exception):
     pass
 
 
+def _lock(conversation: Conversation) -> str:
+    """Lock the conversation's row for the rest of the transaction (sends, edits and version
+    switches of one conversation queue on it) and return the version it is on now. A
+    conversation deleted a moment ago is a 404."""
+    current = (
+        Conversation.objects.select_for_update()
+        .filter(pk=conversation.pk)
+        .values_list("current_branch", flat=True)
+        .first()
+    )
+    if current is None:
+        raise Http404("No conversation found.")
+    return current
+
+
 class _Moved(Exception):
     """The page sent from showed another version of the conversation than the current one."""
 
@@ -434,16 +449,8 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         try:
             with transaction.atomic():
                 # Two quick sends of one conversation queue on this lock, so the second sees
-                # the run of the first and is refused: a double click starts one run. (And
-                # the version it reads is the current one: a switch takes the lock too.)
-                current = (
-                    Conversation.objects.select_for_update()
-                    .filter(pk=conversation.pk)
-                    .values_list("current_branch", flat=True)
-                    .first()
-                )
-                if current is None:
-                    raise Http404("No conversation found.")  # deleted a moment ago
+                # the run of the first and is refused: a double click starts one run.
+                current = _lock(conversation)
                 busy = _busy_message(conversation)
                 if busy:
                     raise _Busy(busy)
@@ -651,12 +658,7 @@ def chat_edit(request: HtmxHttpRequest, session_id: str, turn: int) -> HttpRespo
     try:
         with transaction.atomic():
             # As chat_send: a second edit or a send queues on this lock and finds it busy.
-            current = (
-                Conversation.objects.select_for_update()
-                .filter(pk=conversation.pk)
-                .values_list("current_branch", flat=True)
-                .get()
-            )
+            current = _lock(conversation)
             busy = _busy_message(conversation)
             if busy:
                 status = 409
@@ -727,11 +729,7 @@ def chat_branch(request: HttpRequest, session_id: str) -> HttpResponse:
         raise BadRequest("Choose a version of the conversation.")
     branch = form.cleaned_data["branch"]
     with transaction.atomic():
-        list(
-            Conversation.objects.select_for_update()
-            .filter(pk=conversation.pk)
-            .values_list("pk", flat=True)
-        )
+        _lock(conversation)
         if _busy_message(conversation):
             messages.error(request, SWITCH_BUSY)
             return redirect("chat", session_id=session_id)
