@@ -173,9 +173,14 @@ def _rewind_agent(conversation: Conversation, undone: str) -> None:
         .first()
     )
     if started is not None:
-        current = "" if started == conversation.agent_name else started
-        Conversation.objects.filter(pk=conversation.pk).update(current_agent=current)
-        conversation.current_agent = current
+        _answers_next(conversation, started)
+
+
+def _answers_next(conversation: Conversation, agent_name: str | None) -> None:
+    """`agent_name` answers the conversation's next message (None: its own agent)."""
+    current = "" if agent_name in (None, conversation.agent_name) else agent_name
+    Conversation.objects.filter(pk=conversation.pk).update(current_agent=current)
+    conversation.current_agent = current
 
 
 def _touch(conversation: Conversation) -> None:
@@ -746,8 +751,7 @@ def chat_branch(request: HttpRequest, session_id: str) -> HttpResponse:
             .values_list("agent_name", flat=True)
             .first()
         )
-        current_agent = "" if started in (None, conversation.agent_name) else started
-        Conversation.objects.filter(pk=conversation.pk).update(current_agent=current_agent)
+        _answers_next(conversation, started)
         events.changed_on_commit(conversation.pk)
     messages.success(request, f"Now showing: {branch_label(branch)}.")
     return redirect("chat", session_id=session_id)
