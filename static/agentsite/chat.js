@@ -207,9 +207,10 @@
   // A re-read of the messages is the database as it was when the server read it. Whatever
   // reaches the page while one is out (a push, applied or missing its target; the answer to
   // something the page posted; another re-read asked for, which htmx drops once the list it
-  // queued on is swapped out) may be newer than its answer: the page reads once more after it lands, or it could stay
-  // behind for good (a pause shown as "running", no push to come). Once the new list has
-  // settled, that is: before, its triggers are not listening yet.
+  // queued on is swapped out) may be newer than its answer: the page reads once more after
+  // it lands, or it could stay behind for good (a pause shown as "running", no push to
+  // come). Once the new list has settled, that is: before, its triggers are not listening
+  // yet.
   var reading = 0;
   var again = false;
   var readAfterSettle = null;
@@ -228,6 +229,12 @@
     return !!target && target.id === "messages";
   }
 
+  // A request that changes something (anything but a GET).
+  function isPost(event) {
+    var verb = event.detail.requestConfig && event.detail.requestConfig.verb;
+    return !!verb && verb !== "get";
+  }
+
   function noteNews() {
     if (reading) again = true;
   }
@@ -237,10 +244,9 @@
       reading += 1;
       return;
     }
-    var verb = event.detail.requestConfig && event.detail.requestConfig.verb;
     var elt = event.detail.elt;
     var xhr = event.detail.xhr;
-    if (!verb || verb === "get" || !elt || !xhr) return;
+    if (!isPost(event) || !elt || !xhr) return;
     // A re-read that lands while this is out replaces the form it came from: its answer then
     // goes nowhere (htmx swaps it into the old form, and its events reach no listener), so
     // once it is in, the page reads what it changed. A form its own answer replaced is gone
@@ -258,8 +264,7 @@
     if (!isRead(event)) {
       // Something this page changed (a rating, a stop, a withdraw): a read that went out
       // before it may land after its answer, with the old state.
-      var verb = event.detail.requestConfig && event.detail.requestConfig.verb;
-      if (verb && verb !== "get") noteNews();
+      if (isPost(event)) noteNews();
       return;
     }
     reading = Math.max(0, reading - 1);
