@@ -159,6 +159,23 @@ def no_cached_rules() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def no_job_left_running() -> Iterator[None]:
+    """A run job a test set going on the in-process executor (a decision resumes its run, a
+    message starts one) ends before the test's database is emptied: one still writing then
+    deadlocked PostgreSQL's TRUNCATE at the teardown of a test that decided six requests.
+    (pytest-django's database fixtures come first, so this teardown runs before theirs.)"""
+    yield
+    from engine import executor
+
+    executor.inprocess().wait_idle(timeout=JOB_WAIT_SECONDS)
+
+
+# How long a test's teardown waits for the jobs it left running (a test that holds a job on
+# purpose releases it before it ends).
+JOB_WAIT_SECONDS = 10.0
+
+
+@pytest.fixture(autouse=True)
 def no_outage_left_over(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with the channel layer taken as answering: an outage a test before it
     provoked (engine/events.py drops events for up to RETRY_MOST_SECONDS after a failed
