@@ -2022,11 +2022,7 @@ def closed_reason(request: ApprovalRequest, now: Any) -> DecisionRefused | None:
     ):
         # The decision came while the request was overdue and lost to the sweep that
         # escalated it: it is open again, under its new deadline.
-        until = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-        return RequestExpired(
-            f"Nobody decided this request in time, so it was escalated to "
-            f"{request.escalate_to} just now; it waits again until {until}. Reload it to decide."
-        )
+        return _escalated_meanwhile(request)
     if request.status == ApprovalStatus.EXPIRED or request.expires_at <= now:
         expired_at = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         return RequestExpired(f"This request expired at {expired_at}; it can no longer be decided.")
@@ -2035,9 +2031,23 @@ def closed_reason(request: ApprovalRequest, now: Any) -> DecisionRefused | None:
     return None
 
 
+def _escalated_meanwhile(request: ApprovalRequest) -> RequestExpired:
+    until = request.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return RequestExpired(
+        f"Nobody decided this request in time, so it was escalated to "
+        f"{request.escalate_to} just now; it waits again until {until}. Reload it to decide."
+    )
+
+
 def _refuse(request_id: int, now: Any) -> None:
     request = ApprovalRequest.objects.select_related("decided_by").get(pk=request_id)
-    raise closed_reason(request, now) or RequestClosed(
+    reason = closed_reason(request, now)
+    if reason is None and request.escalated_at is not None:
+        # Open now, yet the decision's update found it overdue: the sweep escalated it
+        # meanwhile. Its `escalated_at` may come before `now` (the sweep read the clock
+        # first and committed after the update had read the row).
+        reason = _escalated_meanwhile(request)
+    raise reason or RequestClosed(
         f"This request was {request.status}; it can no longer be decided."
     )
 

@@ -424,6 +424,21 @@ def test_a_reviewers_decision_racing_the_escalation_is_safe(
     assert ApprovalRequest.objects.get(pk=other.pk).status == ApprovalStatus.EXPIRED
 
 
+@pytest.mark.django_db
+def test_a_decision_that_found_the_request_overdue_while_the_sweep_escalated_it_says_so() -> None:
+    """The sweep reads the clock, then escalates; the reviewer's decision reads the clock
+    after it, but its update reads the row before the sweep commits: the update finds it
+    overdue, and the request read back is open again, escalated before the decision's
+    `now`. The full suite on PostgreSQL once said "This request was pending" here."""
+    now = timezone.now()
+    request = overdue_escalating()
+    ApprovalRequest.objects.filter(pk=request.pk).update(
+        escalated_at=now - timedelta(milliseconds=5), expires_at=now + timedelta(hours=1)
+    )
+    with pytest.raises(runs.RequestExpired, match="escalated to Supervisors just now"):
+        runs._refuse(request.pk, now)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_escalation_is_announced_to_webhook_endpoints_that_want_it(
     submitted: list[Any],
