@@ -7,7 +7,7 @@ import ast
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,8 +44,12 @@ def project_modules(root: Path = ROOT) -> dict[str, Path]:
     return modules
 
 
-def imported_names(module: str, path: Path) -> Iterator[str]:
-    """Every name an import statement anywhere in the file (functions too) may load."""
+def imported_names(module: str, path: Path, modules: Container[str] = ()) -> Iterator[str]:
+    """Every name an import statement anywhere in the file (functions too) may load.
+
+    `from package import submodule` loads the submodule (the package's `__init__` merely
+    runs first, as it does for any import below it); `from package import name` loads the
+    package, whose `__init__` defines the name."""
     is_package = path.name == "__init__.py"
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -58,9 +62,10 @@ def imported_names(module: str, path: Path) -> Iterator[str]:
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
-            yield target
-            for alias in node.names:
-                yield f"{target}.{alias.name}"
+            names = [f"{target}.{alias.name}" for alias in node.names]
+            if not all(name in modules for name in names):
+                yield target
+            yield from names
 
 
 def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
@@ -71,7 +76,7 @@ def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
-        targets = {resolve(name) for name in imported_names(module, path)}
+        targets = {resolve(name) for name in imported_names(module, path, modules)}
         graph[module] = {t for t in targets if t is not None and t != module}
     return graph
 
@@ -123,6 +128,27 @@ def test_it_finds_the_project_modules(graph: dict[str, set[str]]) -> None:
 
 def test_it_has_no_import_cycle(graph: dict[str, set[str]]) -> None:
     assert cycles(graph) == []
+
+
+def test_a_submodule_importing_its_sibling_through_the_package_is_no_cycle(
+    tmp_path: Path,
+) -> None:
+    """A package's `__init__` re-exports its stages; a stage importing a sibling stage
+    (`from engine.runs import rows`) depends on that sibling, not on the `__init__` above it.
+    A stage importing a name the `__init__` re-exports does depend on the `__init__`."""
+    runs = tmp_path / "engine" / "runs"
+    runs.mkdir(parents=True)
+    (tmp_path / "engine" / "__init__.py").write_text("")
+    (runs / "__init__.py").write_text("from engine.runs.top import go\n")
+    (runs / "rows.py").write_text("X = 1\n")
+    (runs / "top.py").write_text("from engine.runs import rows\n")
+    graph = import_graph(project_modules(tmp_path))
+    assert graph["engine.runs.top"] == {"engine.runs.rows"}
+    assert cycles(graph) == []
+    (runs / "rows.py").write_text("from engine.runs import go\n")
+    assert cycles(import_graph(project_modules(tmp_path))) == [
+        ["engine.runs", "engine.runs.rows", "engine.runs.top"]
+    ]
 
 
 def test_it_sees_a_cycle_through_a_lazy_import(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from conversations.models import Conversation
 from conversations.rendering import call_for, plain_call
 from conversations.session import DjangoSession
 from engine import events, runs
+from engine.runs import streaming
 from tests.factories import (
     make_conversation,
     make_request,
@@ -54,10 +55,10 @@ def test_a_streaming_run_stores_what_it_said_and_numbers_each_delta(
     conversation: Conversation, submitted: list, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.AGENTSITE_DEMO_STREAM_DELAY = 0.01
-    monkeypatch.setattr(runs, "STREAMED_SAVE_SECONDS", 0.05)
+    monkeypatch.setattr(streaming, "STREAMED_SAVE_SECONDS", 0.05)
     deltas: list[events.TextDelta] = []
     saved: list[str] = []
-    publish, save = runs.events.publish, runs._save_streamed
+    publish, save = events.publish, streaming.save_streamed
 
     async def recording_publish(published: Any) -> None:
         published = list(published)
@@ -69,8 +70,8 @@ def test_a_streaming_run_stores_what_it_said_and_numbers_each_delta(
         save(run_id, text)
         assert AgentRun.objects.get(pk=run_id).streamed_text == text
 
-    monkeypatch.setattr(runs.events, "publish", recording_publish)
-    monkeypatch.setattr(runs, "_save_streamed", recording_save)
+    monkeypatch.setattr(events, "publish", recording_publish)
+    monkeypatch.setattr(streaming, "save_streamed", recording_save)
 
     run = runs.start_run(conversation, "hello", conversation.owner)
     asyncio.run(runs.execute(run.pk))

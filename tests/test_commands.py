@@ -21,6 +21,7 @@ from approvals.models import (
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import executor, runs
+from engine.runs import driving, rows
 from tests.factories import make_reviewer, pause_run, start_run
 
 
@@ -203,9 +204,9 @@ def test_a_run_that_is_alive_is_never_failed(submitted: list) -> None:
     run = start_run("where is order 7")
     age(run, RunStatus.RUNNING, seconds=3600)
     listed_cutoff = timezone.now() - timedelta(seconds=60)
-    runs._heartbeat(run.pk)  # the run shows a sign of life after the listing
+    driving._heartbeat(run.pk)  # the run shows a sign of life after the listing
 
-    assert not runs._fail_sync(
+    assert not rows.fail_sync(
         run.pk, "stuck", from_statuses=(RunStatus.RUNNING,), quiet_since=listed_cutoff
     )
     run.refresh_from_db()

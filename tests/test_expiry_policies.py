@@ -35,6 +35,7 @@ from approvals.models import (
 )
 from approvals.views import render_row
 from engine import events, registry, runs, signals
+from engine.runs import decisions
 from tests import scripted
 from tests.factories import make_conversation, make_request, make_reviewer, make_user
 from webhooks import outbox
@@ -129,7 +130,7 @@ def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         seen.extend(batch)
         await publish(batch)
 
-    monkeypatch.setattr("engine.runs.events.publish", record)
+    monkeypatch.setattr("engine.events.publish", record)
     return seen
 
 
@@ -436,7 +437,7 @@ def test_a_decision_that_found_the_request_overdue_while_the_sweep_escalated_it_
         escalated_at=now - timedelta(milliseconds=5), expires_at=now + timedelta(hours=1)
     )
     with pytest.raises(runs.RequestExpired, match="escalated to Supervisors just now"):
-        runs._refuse(request.pk, now)
+        decisions._refuse(request.pk, now)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -15,6 +15,7 @@ from django.db.backends.utils import CursorWrapper
 
 from approvals.models import AgentRun, ProcessKind, RunStatus
 from engine import heartbeat, runs, sweeper
+from engine.runs import driving, final
 from tests.factories import start_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
@@ -53,7 +54,7 @@ def inject(
 
 @pytest.fixture
 def fast_retries(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runs, "FINAL_WRITE_FIRST_DELAY", 0.01)
+    monkeypatch.setattr(final, "FINAL_WRITE_FIRST_DELAY", 0.01)
     settings.AGENTSITE_FINAL_WRITE_RETRY_SECONDS = 10
 
 
@@ -65,7 +66,7 @@ def beating(settings: Any) -> Iterator[str]:
     yield identity
     heartbeat.reset()
     sweeper.forget_thread()
-    runs._abandoned.clear()
+    final._abandoned.clear()
 
 
 @pytest.mark.usefixtures("fast_retries", "submitted")
@@ -89,7 +90,7 @@ def test_the_completion_is_retried_through_an_outage_and_the_reply_stored(
 def test_a_final_write_that_gives_up_fails_the_run_at_the_next_heartbeat(
     monkeypatch: pytest.MonkeyPatch, settings: Any, beating: str
 ) -> None:
-    monkeypatch.setattr(runs, "FINAL_WRITE_FIRST_DELAY", 0.01)
+    monkeypatch.setattr(final, "FINAL_WRITE_FIRST_DELAY", 0.01)
     settings.AGENTSITE_FINAL_WRITE_RETRY_SECONDS = 0.2
     run = start_run("where is order 7")
     inject(monkeypatch, times=10_000)
@@ -106,7 +107,7 @@ def test_a_final_write_that_gives_up_fails_the_run_at_the_next_heartbeat(
     run.refresh_from_db()
     assert (run.status, run.error) == (RunStatus.FAILED, runs.ABANDONED_REASON)
     assert not AgentRun.objects.filter(conversation=run.conversation).busy().exists()
-    assert not runs._abandoned
+    assert not final._abandoned
 
 
 @pytest.mark.usefixtures("fast_retries", "submitted")
@@ -180,7 +181,7 @@ def test_a_sign_of_life_that_cannot_be_written_does_not_end_the_run(
         monkeypatch, times=1, matches=lambda sql: sql.lstrip().upper().startswith("UPDATE")
     )
 
-    runs._heartbeat(run.pk)  # raised OperationalError into the stream, failing the run
+    driving._heartbeat(run.pk)  # raised OperationalError into the stream, failing the run
 
     assert hit["n"] == 1
     run.refresh_from_db()

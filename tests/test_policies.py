@@ -89,7 +89,7 @@ def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         seen.extend(batch)
         await publish(batch)
 
-    monkeypatch.setattr("engine.runs.events.publish", record)
+    monkeypatch.setattr("engine.events.publish", record)
     return seen
 
 

@@ -290,9 +290,9 @@ def test_a_reviewer_reads_every_kind_of_call_and_its_output() -> None:
 
 
 def test_a_stopped_call_of_each_kind_gets_the_output_its_kind_takes() -> None:
-    from engine.runs import STOPPED_CALL_OUTPUT, _unanswered_calls
+    from engine.runs.stopping import STOPPED_CALL_OUTPUT, unanswered_calls
 
-    added = _unanswered_calls(
+    added = unanswered_calls(
         [
             {"role": "user", "content": "go"},
             OTHER_KINDS[1],  # answered below

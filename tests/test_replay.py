@@ -13,6 +13,7 @@ from approvals.models import AgentRun, ConsumedState, RunStatus
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import runs
+from engine.runs import rows
 from tests.factories import make_reviewer, pause_run
 
 CONSUMED = "/admin/approvals/consumedstate/"
@@ -49,7 +50,7 @@ def test_a_failed_run_keeps_no_state_to_resume(submitted: list) -> None:
     run = approved_pause()
     # Every path that ends a run unfinished goes through `_fail_sync` (a crash, recovery, a
     # reused call id, a state that cannot be restored).
-    assert runs._fail_sync(run.pk, "Interrupted by a restart.")
+    assert rows.fail_sync(run.pk, "Interrupted by a restart.")
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert run.state is None
@@ -158,7 +159,7 @@ def test_a_state_bound_to_another_run_or_pause_executes_nothing(submitted: list)
 def test_a_copy_of_a_failed_runs_state_written_back_executes_nothing(submitted: list) -> None:
     run = approved_pause()
     copy = saved_copy(run)
-    assert runs._fail_sync(run.pk, "Interrupted by a restart.")
+    assert rows.fail_sync(run.pk, "Interrupted by a restart.")
 
     write_back(run, copy)
     asyncio.run(runs.resume(run.pk))

@@ -25,6 +25,7 @@ from approvals.models import (
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import events, registry, runs
+from engine.runs import rows
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user, start_run
 
@@ -463,7 +464,7 @@ def test_a_missing_or_corrupt_state_fails_the_run_clearly(submitted: list) -> No
 
 def test_a_decision_after_the_run_failed_is_refused(submitted: list) -> None:
     run = pause("cancel order 42")
-    runs._fail_sync(run.pk, "boom", from_statuses=(RunStatus.WAITING,))
+    rows.fail_sync(run.pk, "boom", from_statuses=(RunStatus.WAITING,))
     with pytest.raises(runs.RequestClosed, match="cancelled"):
         runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
 

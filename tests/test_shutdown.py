@@ -15,6 +15,7 @@ import pytest
 
 from approvals.models import AgentRun, RunStatus
 from engine import executor, runs
+from engine.runs import driving
 from tests.factories import make_conversation, make_run, make_user
 from tests.live import LiveSite, start_site, stop_site
 from tests.live import test_database_url as live_database_url
@@ -64,7 +65,7 @@ async def test_a_cancelled_job_leaves_its_run_for_recovery(monkeypatch: pytest.M
         started.set()
         await asyncio.sleep(30)
 
-    monkeypatch.setattr(runs, "execute", slow_execute)
+    monkeypatch.setattr(driving, "execute", slow_execute)
     monkeypatch.setattr(runs, "expire_overdue_async", lambda: asyncio.sleep(0))
     from asgiref.sync import sync_to_async
 

@@ -25,6 +25,7 @@ from django.utils import timezone
 from approvals.models import AgentRun, ApprovalRequest, ConsumedState, RunStatus
 from conversations.session import DjangoSession
 from engine import events, runs
+from engine.runs import stopping
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user, pause_run
 from tracing import recording
@@ -118,7 +119,7 @@ async def test_a_stop_taken_by_another_process_reaches_the_stream_within_a_poll(
 ) -> None:
     """Another process only marks the run (it cannot signal this one's stream): the
     streaming process reads the mark on its next poll."""
-    monkeypatch.setattr(runs, "STOP_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(stopping, "STOP_POLL_SECONDS", 0.05)
     conversation = await sync_to_async(make_conversation)(owner=alice)
     run = await sync_to_async(runs.start_run)(conversation, GREETING, alice)
     execution = asyncio.create_task(runs.execute(run.pk))

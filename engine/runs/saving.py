@@ -1,0 +1,256 @@
+"""The end of a stream that is saved: a completion, or a pause (the signed state, one request per
+interruption with the policies' verdicts and expiry policies, decisions by policy, the trace
+and the signals, in one transaction)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from agents import Agent, RunResultStreaming
+from agents.items import ToolApprovalItem
+from agents.tool import ToolOriginType
+from agents.version import __version__ as SDK_VERSION
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals.models import AgentRun, ApprovalOrigin, ApprovalRequest, RunStatus, arguments_hash
+from conversations.items import parse_arguments
+from conversations.models import Conversation, run_branch
+from conversations.session import record_turn_usage
+from engine import calls as paused_calls
+from engine import context as run_context
+from engine import events, executor, policies, registry, signals
+from engine.runs import decisions, expiry, rows, starting
+from tracing import recording
+
+logger = logging.getLogger(__name__)
+
+
+def _follow_agent(run: AgentRun, result: RunResultStreaming) -> None:
+    """Store on the conversation the agent that answered this turn (in a final write's
+    transaction): the next turn starts with it."""
+    try:
+        name = registry.public_name(starting.own_agent_name(run.conversation), result.last_agent)
+    except Exception:
+        name = None
+    # Most turns end with the agent they started with: no write then (the conversation was
+    # loaded with the claim, and takes one message at a time).
+    if name is not None and name != run.conversation.current_agent:
+        Conversation.objects.filter(pk=run.conversation_id).update(current_agent=name)
+
+
+def _store_turn_usage(run: AgentRun, result: RunResultStreaming) -> None:
+    """What the run used so far, as its turn's usage in the session (the SDK's
+    `store_run_usage`, on the run's branch): a resumed run's usage holds its pause's."""
+    record_turn_usage(run.conversation_id, run_branch(run), result.context_wrapper.usage, run.pk)
+
+
+def _final_text(output: Any) -> str:
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    if hasattr(output, "model_dump_json"):
+        return str(output.model_dump_json())
+    return json.dumps(output, default=str, ensure_ascii=False)
+
+
+def save_completion(run: AgentRun, result: RunResultStreaming) -> rows.Outcome:
+    now = timezone.now()
+    run.trace_id = rows.trace_id_of(result) or run.trace_id
+    with transaction.atomic():
+        # Only a run that is still ours: one failed meanwhile (recovery, a crash handler)
+        # stays so.
+        saved = (
+            AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.COMPLETED,
+                final_output=_final_text(result.final_output),
+                usage=rows.usage_of(result),
+                trace_id=run.trace_id,
+                state=None,
+                state_signature="",
+                streamed_text="",
+                finished=now,
+                updated=now,
+            )
+            == 1
+        )
+        if saved:
+            recording.follow_run(run, RunStatus.COMPLETED)
+            _follow_agent(run, result)
+            _store_turn_usage(run, result)
+            signals.run_completed.send(sender=AgentRun, run_id=run.pk)
+    completed = rows.Outcome(
+        events=[rows.run_updated(run.pk, run.conversation_id, RunStatus.COMPLETED)]
+    )
+    if not saved:
+        if AgentRun.objects.filter(pk=run.pk, status=RunStatus.COMPLETED).exists():
+            # An earlier attempt committed before its connection broke (only this write
+            # completes a run).
+            return completed
+        logger.warning("Run %s finished but was no longer running; its result was dropped.", run.pk)
+        return rows.Outcome()
+    return completed
+
+
+def _origin(item: ToolApprovalItem, starting_agent: Agent[Any]) -> str:
+    origin = getattr(item, "tool_origin", None)
+    if origin is not None and origin.type == ToolOriginType.AGENT_AS_TOOL:
+        return ApprovalOrigin.AGENT_AS_TOOL
+    if item.agent is not None and item.agent.name != starting_agent.name:
+        # Approvals inside an agent-as-tool carry that agent; anything else came after a handoff.
+        if registry.is_agent_as_tool(starting_agent, item.agent.name):
+            return ApprovalOrigin.AGENT_AS_TOOL
+        return ApprovalOrigin.HANDOFF
+    return ApprovalOrigin.TOOL
+
+
+def save_pause(
+    run: AgentRun,
+    agent: Agent[Any],
+    result: RunResultStreaming,
+    mcp_tools: dict[str, Any] | None = None,
+) -> rows.Outcome:
+    # The context as ids only (`engine/context.py`); anything else in it refuses to be saved.
+    state = result.to_state().to_json(context_serializer=run_context.serialize, strict_context=True)
+    run.trace_id = rows.trace_id_of(result) or run.trace_id
+    interruptions = list(result.interruptions)
+    # The approval policies, read once for the pause; a deciding verdict is a decision below.
+    # A call that paused only because a rule's gate stopped it keeps that rule's verdict.
+    calls = [
+        policies.call_for(
+            item.agent.name if item.agent else agent.name,
+            item.tool_name or "",
+            parse_arguments(paused_calls.arguments(item)),
+            run.agent_name,
+            paused_calls.kind(item),
+        )
+        for item in interruptions
+    ]
+    verdicts = policies.verdicts(calls, run.requested_by_id)
+    context = result.context_wrapper.context
+    verdicts = [
+        policies.gated_verdict(context, item.call_id or "") or verdict
+        for item, verdict in zip(interruptions, verdicts, strict=True)
+    ]
+    # Chosen now, like the verdict: a later change to the rule or the tool changes nothing.
+    expiries = [
+        expiry.expiry_policy(verdict, call.review)
+        for verdict, call in zip(verdicts, calls, strict=True)
+    ]
+    now = timezone.now()
+    expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
+    outcome = rows.Outcome()
+    try:
+        with transaction.atomic():
+            # FOR NO KEY UPDATE, as in `decisions.record_decision`: the exporter's batch of this run's
+            # trace checks its foreign key to the run on commit, while this waits for its row.
+            locked = AgentRun.objects.select_for_update(no_key=True).get(pk=run.pk)
+            if (
+                locked.status in (RunStatus.WAITING, RunStatus.RESUMING)
+                and locked.pause_count == run.pause_count + 1
+            ):
+                # An earlier attempt committed before its connection broke (only this write
+                # moves a running run to waiting, or to resuming when policies decided all
+                # of its calls: a resumption takes the state once, so asking again is safe).
+                requests = list(ApprovalRequest.objects.of_pause(locked, locked.pause_count))
+                outcome.events.extend(
+                    events.ApprovalCreated.for_request(r) for r in requests if r.is_pending
+                )
+                outcome.events.append(rows.run_updated(run.pk, run.conversation_id, locked.status))
+                if locked.status == RunStatus.RESUMING:
+                    transaction.on_commit(lambda: executor.submit("resume", run.pk))
+                return outcome
+            if locked.status != RunStatus.RUNNING:
+                # Failed meanwhile: asking reviewers to approve a dead run's calls is wrong.
+                logger.warning("Run %s paused but was %s; nothing saved.", run.pk, locked.status)
+                return outcome
+            pause = locked.pause_count + 1
+            state[rows.STATE_BINDING] = {
+                "run": run.pk,
+                "pause": pause,
+                "nonce": secrets.token_hex(16),
+            }
+            if mcp_tools:
+                # The MCP servers the run opened: the resume opens them first, to hold their
+                # tools against this fingerprint.
+                state[rows.STATE_BINDING]["mcp"] = sorted(mcp_tools)
+            requests = [
+                ApprovalRequest.objects.create(
+                    run=locked,
+                    pause=pause,
+                    call_id=item.call_id or "",
+                    agent_name=item.agent.name if item.agent else agent.name,
+                    tool_name=item.tool_name or "",
+                    arguments=parse_arguments(paused_calls.arguments(item)),
+                    arguments_hash=arguments_hash(paused_calls.arguments(item)),
+                    origin=_origin(item, agent),
+                    kind=paused_calls.kind(item),
+                    server=paused_calls.server(item)[:200],
+                    expires_at=expires_at,
+                    verdict=verdict.as_json(),
+                    on_expiry=expiry.action,
+                    escalate_to=expiry.group,
+                    expiry_note=expiry.note,
+                )
+                for item, verdict, expiry in zip(interruptions, verdicts, expiries, strict=True)
+            ]
+            decided = [
+                decisions.decide_by_policy(request, verdict, now)
+                for request, verdict in zip(requests, verdicts, strict=True)
+                if verdict.decides
+            ]
+            # Every call decided by a policy: the run goes on at once, as after a person's
+            # last decision (the state is saved first: it resumes through the same path).
+            resuming = len(decided) == len(requests)
+            AgentRun.objects.filter(pk=run.pk).update(
+                status=RunStatus.RESUMING if resuming else RunStatus.WAITING,
+                state=state,
+                state_signature=rows.sign_state(state),
+                state_consumed=False,
+                pause_count=pause,
+                sdk_version=SDK_VERSION,
+                state_schema_version=str(state.get("$schemaVersion", "")),
+                agent_fingerprint=registry.fingerprint(agent, mcp_tools),
+                trace_id=run.trace_id,
+                usage=rows.usage_of(result),
+                streamed_text="",
+                updated=now,
+            )
+            status = RunStatus.RESUMING if resuming else RunStatus.WAITING
+            # A copy: `run` stays as it was claimed, which a retry of this write compares.
+            paused = copy.copy(run)
+            paused.status = status
+            for request, decision in decided:
+                # In this transaction, as a person's: the trace shows it when the audit does.
+                recording.record_decision(request, decision, request.status, paused)
+            for request in requests:
+                if request.is_pending:
+                    signals.approval_created.send(sender=ApprovalRequest, request=request)
+            for request, decision in decided:
+                signals.approval_decided.send(
+                    sender=ApprovalRequest, request=request, decision=decision
+                )
+            recording.follow_run(run, status)
+            _follow_agent(run, result)
+            _store_turn_usage(run, result)
+            if resuming:
+                transaction.on_commit(lambda: executor.submit("resume", run.pk))
+    except IntegrityError as exc:
+        # The model reused a call id of this run: its calls could no longer be told apart.
+        rows.fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)
+        return rows.Outcome(
+            events=[rows.run_updated(run.pk, run.conversation_id, RunStatus.FAILED)]
+        )
+    # A call a policy decided never reaches an inbox.
+    outcome.events.extend(
+        events.ApprovalCreated.for_request(request) for request in requests if request.is_pending
+    )
+    outcome.events.append(rows.run_updated(run.pk, run.conversation_id, status))
+    return outcome
