@@ -24,16 +24,11 @@ from ninja.errors import HttpError, ValidationError
 from api import schemas
 from api.auth import BearerToken, Caller, Forbidden, Unauthorized, require_scope
 from approvals import explain
-from approvals.models import (
-    FILTER_COLUMNS,
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ToolKind,
-)
+from approvals.models import FILTER_COLUMNS, ApprovalDecision, ApprovalRequest, ToolKind
 from conversations.models import Conversation
 from conversations.views import BUSY_WAITING, BUSY_WORKING
 from engine import permissions, policies, registry, runs
+from engine.models import AgentRun
 
 api = NinjaAPI(
     title="agentsite API",

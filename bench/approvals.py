@@ -26,18 +26,12 @@ from agents import RunConfig, Runner, SQLiteSession
 from agents.run_state import RunState
 from channels.layers import get_channel_layer
 
-from approvals.models import (
-    AgentRun,
-    ApprovalPolicy,
-    ApprovalRequest,
-    ApprovalStatus,
-    PolicyAction,
-    RunStatus,
-)
+from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus, PolicyAction
 from bench import site, tracing_setup
 from bench.agents import SDK_APPROVAL_AGENT, UNREVIEWED_AGENT
 from bench.harness import Config, Row, Samples, arun, compared, median_of, ms, ratio
 from engine import events, runs
+from engine.models import AgentRun, RunStatus
 
 BENCHMARK = "pause and resume"
 REQUEST = "Please refund order 42."

@@ -24,11 +24,11 @@ from pathlib import Path
 from agents import RunConfig, Runner, SQLiteSession
 
 from agentsite.db.sqlite import base as sqlite_backend
-from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
 from bench.agents import MODEL_CALLS_PER_TURN, SDK_SLOW_AGENT, SLOW_LATENCY
 from bench.harness import Config, Goal, Row, Samples, arun, compared, interleave, ratio
 from engine import executor, runs
+from engine.models import AgentRun, RunStatus
 
 BENCHMARK = "concurrency"
 IDEAL = MODEL_CALLS_PER_TURN * SLOW_LATENCY

@@ -28,11 +28,11 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup, turn
 from bench.harness import Config, Goal, Row, Samples, compared, interleave, ms, ratio
 from conversations.models import Conversation
 from engine import runs, serverloop
+from engine.models import AgentRun, RunStatus
 
 BENCHMARK = "CPU per turn"
 GOAL = Goal(1.3, "≤ 1.3×")

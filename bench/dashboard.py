@@ -25,18 +25,17 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from approvals.models import (
-    AgentRun,
     ApprovalDecision,
     ApprovalRequest,
     ApprovalStatus,
     DecisionKind,
-    RunStatus,
     arguments_hash,
 )
 from bench import site
 from bench.harness import Config, Row, note
 from bench.pages import render_row
 from conversations.models import Conversation
+from engine.models import AgentRun, RunStatus
 from tracing.dashboard import Window
 from tracing.models import Span, Trace, TraceOutcome, TraceStatus
 

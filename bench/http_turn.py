@@ -21,11 +21,11 @@ from agents.models.openai_provider import OpenAIProvider
 from agents.tracing.processor_interface import TracingProcessor
 from django.test import override_settings
 
-from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
 from bench.agents import SDK_HTTP_AGENT
 from bench.harness import Config, Goal, Row, arun, interleave, mean_and_median
 from engine import providers, runs
+from engine.models import AgentRun, RunStatus
 from tests.provider import LocalProvider, text, tool_call
 
 BENCHMARK = "turn over HTTP"

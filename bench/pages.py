@@ -29,14 +29,7 @@ from django.test import Client
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    RunStatus,
-    arguments_hash,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, arguments_hash
 from bench import site
 from bench.harness import (
     Config,
@@ -52,6 +45,7 @@ from bench.harness import (
 )
 from conversations.models import Conversation
 from engine import events
+from engine.models import AgentRun, RunStatus
 from tracing.models import Span, Trace
 
 BENCHMARK = "pages"

@@ -16,11 +16,11 @@ from pathlib import Path
 from agents import RunConfig, Runner, SQLiteSession
 from agents.tracing.processor_interface import TracingProcessor
 
-from approvals.models import AgentRun, RunStatus
 from bench import site, tracing_setup
 from bench.agents import SDK_TOOL_AGENT
 from bench.harness import Config, Goal, Row, arun, interleave, mean_and_median
 from engine import runs
+from engine.models import AgentRun, RunStatus
 
 BENCHMARK = "turn overhead"
 GOAL = Goal(1.5, "≤ 1.5×")

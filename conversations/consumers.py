@@ -17,7 +17,6 @@ from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
-from approvals.models import RunStatus
 from conversations import feedback
 from conversations.models import Conversation
 from conversations.rendering import (
@@ -32,6 +31,7 @@ from conversations.rendering import (
 from conversations.session import open_session
 from engine import events
 from engine.access import GuardedConsumer
+from engine.models import RunStatus
 
 if TYPE_CHECKING:
     from engine.permissions import User

@@ -16,9 +16,9 @@ from typing import Any
 from django.db.models import FilteredRelation, Q
 from django.urls import reverse
 
-from approvals.models import AgentRun, RunStatus
 from conversations.forms import FeedbackForm
 from conversations.rendering import HISTORY_ITEMS_SHOWN, Entry, History
+from engine.models import AgentRun, RunStatus
 from tracing.models import Feedback
 
 NOT_FINISHED = "This reply is not finished yet: you can rate it once it is."

@@ -149,15 +149,6 @@ def branch_label(branch_id: str) -> str:
     return branch_id
 
 
-def on_branch(branch: str, prefix: str = "") -> models.Q:
-    """A filter of runs (`AgentRun`, or a relation to them through `prefix`, "run__") to
-    those started on `branch`: a run with no `RunBranch` row is main's."""
-    on = models.Q(**{f"{prefix}branch_link__branch": branch})
-    if branch == MAIN_BRANCH:
-        on |= models.Q(**{f"{prefix}branch_link__isnull": True})
-    return on
-
-
 class BranchQuerySet(models.QuerySet["Branch"]):
     def next_edit_id(self, conversation_pk: int) -> str:
         """The id of the conversation's next fork from the chat, "edit-<n>": one more than
@@ -212,7 +203,7 @@ class TurnUsage(models.Model):
     output_tokens_details = models.JSONField(null=True, blank=True)
     # The run that stored it, when the site's engine did (not part of the SDK's table).
     run = models.ForeignKey(
-        "approvals.AgentRun",
+        "engine.AgentRun",
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
@@ -230,31 +221,3 @@ class TurnUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.conversation_id}:{self.branch}#{self.turn}"
-
-
-class RunBranch(models.Model):
-    """The branch a run was started on, when it is not "main" (a run with no row belongs to
-    "main": the runs from before branches, and every run of a conversation never forked).
-    The chat shows the runs of the branch it shows. `AgentRun` lives in approvals/; this
-    keeps the branch beside the conversation it is a branch of."""
-
-    run = models.OneToOneField(
-        "approvals.AgentRun",
-        primary_key=True,
-        on_delete=models.CASCADE,
-        related_name="branch_link",
-    )
-    branch = models.CharField(max_length=BRANCH_ID_MAX_LENGTH)
-
-    def __str__(self) -> str:
-        return f"run {self.run_id} on {self.branch}"
-
-
-def run_branch(run: Any) -> str:
-    """The branch `run` (an `AgentRun`) was started on: its `RunBranch`, else "main". Loaded
-    with the run when it was fetched with `select_related("branch_link")`."""
-    try:
-        link = run.branch_link
-    except models.ObjectDoesNotExist:
-        return MAIN_BRANCH
-    return str(link.branch) if link is not None else MAIN_BRANCH

@@ -24,12 +24,10 @@ from markdown_it import MarkdownIt
 
 from approvals.models import (
     MCP_KINDS,
-    AgentRun,
     ApprovalDecision,
     ApprovalRequest,
     ApprovalStatus,
     DecisionKind,
-    RunStatus,
     ToolKind,
 )
 from common import formatting
@@ -41,10 +39,9 @@ from conversations.models import (
     Conversation,
     SessionItem,
     branch_label,
-    on_branch,
-    run_branch,
 )
 from engine import registry
+from engine.models import AgentRun, RunStatus
 from engine.permissions import can_view_traces, is_reviewer
 
 # --- Markdown ---------------------------------------------------------------------------------
@@ -313,7 +310,7 @@ def latest_run(conversation: Conversation) -> LoadedRun | None:
     """The newest run of the branch the conversation is on (two queries at most)."""
     run = (
         AgentRun.objects.filter(conversation=conversation)
-        .filter(on_branch(conversation.current_branch))
+        .on_branch(conversation.current_branch)
         .order_by("-created", "-pk")
         .first()
     )
@@ -323,12 +320,8 @@ def latest_run(conversation: Conversation) -> LoadedRun | None:
 def run_for_event(conversation: Conversation, run_id: int) -> LoadedRun | None:
     """The run an event is about, if it is of the branch the conversation is on (the page
     shows that one)."""
-    run = (
-        AgentRun.objects.filter(conversation=conversation, pk=run_id)
-        .select_related("branch_link")
-        .first()
-    )
-    if run is None or run_branch(run) != conversation.current_branch:
+    run = AgentRun.objects.filter(conversation=conversation, pk=run_id).first()
+    if run is None or run.branch != conversation.current_branch:
         return None
     return _load(run)
 
@@ -337,7 +330,7 @@ def previous_run_pk(run: AgentRun) -> int:
     """The run before `run` on its branch: the page's slot a new run's block goes into."""
     earlier = (
         AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)
-        .filter(on_branch(run_branch(run)))
+        .on_branch(run.branch)
         .order_by("-pk")
         .values_list("pk", flat=True)
         .first()

@@ -1014,14 +1014,6 @@ def record_turn_usage(
         return bool(cursor.rowcount)
 
 
-def place_run(run: Any) -> None:
-    """Record that the new `run` (an `AgentRun`) starts on its conversation's current
-    branch, read now (under the caller's lock of the conversation, when it holds one): a
-    `RunBranch`, unless that is "main"."""
-    with connection.cursor() as cursor:
-        cursor.execute(statements().place_run, [run.pk, run.conversation_id])
-
-
 def _item_rows(
     texts: list[str],
     structures: list[tuple[str, str | None]],

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentsite.db.sql import column, json_placeholder, per_vendor, table
-from conversations.models import MAIN_BRANCH, Conversation, RunBranch, SessionItem, TurnUsage
+from conversations.models import Conversation, SessionItem, TurnUsage
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,6 @@ class Statements:
     # Params: conversation pk, branch, conversation pk, branch. Turn 0's usage, once the
     # branch is empty (turn 0 items come before any other).
     drop_usage_of_empty_branch: str
-    # Params: run id, conversation pk. Records the branch a new run starts on, when its
-    # conversation is not on "main" (`session.place_run`; turn overhead: through the ORM, a
-    # read of the branch and an insert).
-    place_run: str
     # Params: conversation pk, branch, requests, input, output and total tokens, input and
     # output token details (JSON text or None), run id or None, created, conversation pk,
     # branch, branch. A turn's usage, replaced: the branch's newest item's turn, read in the same
@@ -129,32 +125,24 @@ def statements() -> Statements:
         f"AND {column(TurnUsage, 'turn')}"
     )
     newest_first = f"{branch} DESC, {item_id} DESC"
-    run_branches, usage_columns = (
-        table(RunBranch),
-        [
-            column(TurnUsage, name)
-            for name in (
-                "conversation",
-                "branch",
-                "turn",
-                "requests",
-                "input_tokens",
-                "output_tokens",
-                "total_tokens",
-                "input_tokens_details",
-                "output_tokens_details",
-                "run",
-                "created",
-            )
-        ],
-    )
+    usage_columns = [
+        column(TurnUsage, name)
+        for name in (
+            "conversation",
+            "branch",
+            "turn",
+            "requests",
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "input_tokens_details",
+            "output_tokens_details",
+            "run",
+            "created",
+        )
+    ]
     replaced = ", ".join(f"{name} = excluded.{name}" for name in usage_columns[3:])
     return Statements(
-        place_run=(
-            f"INSERT INTO {run_branches} ({column(RunBranch, 'run')}, "
-            f"{column(RunBranch, 'branch')}) SELECT %s, {current} FROM {conversations} "
-            f"WHERE {conversation_id} = %s AND {current} <> '{MAIN_BRANCH}'"
-        ),
         store_turn_usage=(
             f"INSERT INTO {usage} ({', '.join(usage_columns)}) "
             f"SELECT %s, %s, {turn}, %s, %s, %s, %s, {json_placeholder()}, "

@@ -32,7 +32,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from agentsite.db import pool
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import ApprovalRequest
 from common import formatting
 from common.http import HtmxHttpRequest
 from conversations import feedback
@@ -45,7 +45,7 @@ from conversations.forms import (
     SwitchForm,
 )
 from conversations.items import is_user_message, message_text
-from conversations.models import Branch, Conversation, SessionItem, branch_label, on_branch
+from conversations.models import Branch, Conversation, SessionItem, branch_label
 from conversations.rendering import (
     HISTORY_ITEMS_SHOWN,
     History,
@@ -66,6 +66,7 @@ from conversations.session import (
     switch,
 )
 from engine import events, registry, runs
+from engine.models import AgentRun, RunStatus
 from engine.permissions import is_reviewer
 
 BUSY_WORKING = "The agent is still answering your last message. Send this one when it has replied."
@@ -462,7 +463,9 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
                 shown = form.cleaned_data["branch"]
                 if shown and shown != current:
                     raise _Moved(SEND_MOVED)
-                runs.start_run(conversation, form.cleaned_data["text"], request.user)
+                runs.start_run(
+                    conversation, form.cleaned_data["text"], request.user, branch=current
+                )
         except _Moved as refusal:
             form.add_error("text", str(refusal))
             status, moved = 409, True
@@ -680,7 +683,7 @@ def chat_edit(request: HtmxHttpRequest, session_id: str, turn: int) -> HttpRespo
             conversation.current_branch = branch
             # As after an undo back to that message: the agent it was sent to answers.
             _rewind_agent(conversation, original)
-            runs.start_run(conversation, text, request.user)
+            runs.start_run(conversation, text, request.user, branch=branch)
             events.changed_on_commit(conversation.pk)
     except _Busy as refusal:
         editing.error = str(refusal)
@@ -746,7 +749,7 @@ def chat_branch(request: HttpRequest, session_id: str) -> HttpResponse:
         # The agent that started that version's latest turn answers its next one.
         started = (
             AgentRun.objects.filter(conversation=conversation)
-            .filter(on_branch(branch))
+            .on_branch(branch)
             .order_by("-created", "-pk")
             .values_list("agent_name", flat=True)
             .first()

@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from agentsite.db.hops import db_hop
 
 if TYPE_CHECKING:
-    from approvals.models import AgentRun
+    from engine.models import AgentRun
     from engine.permissions import User
 
 # The keys `serialize` writes, in the saved state under `context.context`.

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from approvals.models import ProcessKind, ServerProcess
+from engine.models import ProcessKind, ServerProcess
 
 # Rows of processes dead (stopped or silent) for longer than this are deleted.
 PRUNE_AFTER = timedelta(days=1)

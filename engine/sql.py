@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentsite.db.sql import column, per_vendor, placeholders, table
-from approvals.models import AgentRun, ConsumedState
+from engine.models import AgentRun, ConsumedState
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db import connections
 
 from agentsite.db.hops import db_hop
-from approvals.models import ProcessKind
 from engine import heartbeat, runs, signals
+from engine.models import ProcessKind
 
 logger = logging.getLogger(__name__)
 

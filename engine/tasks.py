@@ -13,9 +13,9 @@ from __future__ import annotations
 from django.tasks import task
 
 from agentsite.db.hops import db_hop
-from approvals.models import ProcessKind
 from engine import runs, sweeper
 from engine.executor import Job
+from engine.models import ProcessKind
 
 
 @task()

@@ -20,14 +20,9 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    RunStatus,
-    arguments_hash,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, arguments_hash
 from conversations.models import Conversation
+from engine.models import AgentRun, RunStatus
 from tracing.models import Span, Trace, TraceStatus
 
 PASSWORD = "pass-for-tests"

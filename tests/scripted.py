@@ -61,7 +61,7 @@ def wire_money(account: str, amount: int) -> str:
 @function_tool
 def get_recovered() -> str:
     """Stands for `recover_runs` failing this run while it still runs (a wrong guess)."""
-    from approvals.models import AgentRun, RunStatus
+    from engine.models import AgentRun, RunStatus
 
     AgentRun.objects.filter(status=RunStatus.RUNNING).update(
         status=RunStatus.FAILED, error="Interrupted by a restart (wrongly)."

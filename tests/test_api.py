@@ -18,15 +18,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from api.models import ApiToken, Scope
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    DecisionKind,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import (
     make_conversation,

@@ -24,8 +24,9 @@ from openai.types.responses import (
 from openai.types.responses.response_output_item import McpApprovalRequest
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
-from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus, ToolKind
+from approvals.models import ApprovalRequest, ApprovalStatus, ToolKind
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_reviewer
 

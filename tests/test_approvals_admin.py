@@ -8,22 +8,17 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from demo.models import OrderEvent
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests.factories import REVIEWER, grant, make_conversation, make_user, pause_run
 from tests.test_workbench_bulk import confirmation_data
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
-RUNS = "/admin/approvals/agentrun/"
+RUNS = "/admin/engine/agentrun/"
 REQUESTS = "/admin/approvals/approvalrequest/"
 DECISIONS = "/admin/approvals/approvaldecision/"
 BULK = "/inbox/decide/"
@@ -251,7 +246,7 @@ def test_it_hides_the_actions_from_staff_who_may_not_decide(
     request = run.approval_requests.get()
     viewer = grant(
         make_user(username="victor", is_staff=True),
-        "approvals.view_agentrun",
+        "engine.view_agentrun",
         "approvals.view_approvalrequest",
         "approvals.view_approvaldecision",
     )
@@ -280,10 +275,10 @@ def test_it_filters_runs_by_the_tool_they_asked_for(admin_client: Any, submitted
     cancel = paused_run(submitted)
     other = runs.start_run(make_conversation(agent_name="support"), "where is order 7")
     page = admin_client.get(
-        "/admin/approvals/agentrun/?approval_requests__tool_name=cancel_order"
+        "/admin/engine/agentrun/?approval_requests__tool_name=cancel_order"
     ).content.decode()
-    assert f"/admin/approvals/agentrun/{cancel.pk}/change/" in page
-    assert f"/admin/approvals/agentrun/{other.pk}/change/" not in page
+    assert f"/admin/engine/agentrun/{cancel.pk}/change/" in page
+    assert f"/admin/engine/agentrun/{other.pk}/change/" not in page
 
 
 def test_requests_are_listed_and_filtered_by_kind_with_their_server(admin_client: Client) -> None:

@@ -176,9 +176,10 @@ STORAGE = (
 def floor(module: str) -> int:
     if module in PACKAGES or any(module == p or module.startswith(f"{p}.") for p in PLUMBING):
         return 0  # plumbing (and the packages' empty __init__ modules)
-    storage_kind = module.endswith((".models", ".sql")) and not module.startswith("engine.")
-    if storage_kind or module in STORAGE:
+    if module.endswith((".models", ".sql")) or module in STORAGE:
         return 1  # storage: rows, their rules, the SDK adapters
+    if module.endswith(".admin"):
+        return 3  # the admin is a face, whichever app's rows it shows
     if module.startswith("engine."):
         return 2  # the run engine
     if module.startswith("agentsite."):

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from approvals.models import AgentRun
 from conversations.models import Conversation
 from engine import runs
+from engine.models import AgentRun
 from tests.factories import make_conversation, make_reviewer, make_trace, make_user, make_viewer
 
 pytestmark = [

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import AgentRun
 from conversations.models import Conversation
 from demo.seed import seed_orders
+from engine.models import AgentRun
 from tests.browser import log_in
 from tests.factories import make_user
 from tests.test_browser_chat import PASSWORD, say, wait_until_live

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import AgentRun
 from conversations.models import Conversation
+from engine.models import AgentRun
 from tests.browser import log_in
 from tests.factories import make_user
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import AgentRun
 from conversations.models import Conversation
 from demo.seed import seed_orders
+from engine.models import AgentRun
 from tests.browser import log_in
 from tests.factories import VIEWER, make_user
 from tests.test_browser_chat import open_new_chat, say

@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import ApprovalRequest
 from conversations.models import SessionItem
 from demo.models import Order
 from demo.seed import seed_orders
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests.browser import in_thread, log_in
 from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
 from tests.live import start_site, stop_site

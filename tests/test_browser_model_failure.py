@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import AgentRun, RunStatus
 from demo.seed import seed_orders
 from engine import model_errors
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_user
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url

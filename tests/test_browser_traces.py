@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import ApprovalRequest
 from demo.seed import seed_orders
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests import factories
 from tests.browser import in_thread, log_in
 from tests.conftest import Traces

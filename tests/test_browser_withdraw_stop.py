@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus
+from approvals.models import ApprovalRequest, ApprovalStatus
 from demo.models import OrderEvent
 from demo.seed import seed_orders
+from engine.models import AgentRun, RunStatus
 from tests.browser import log_in
 from tests.factories import make_reviewer, make_user
 from tests.live import start_site, stop_site

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import ApprovalDecision, ApprovalStatus, DecisionKind, RunStatus
+from approvals.models import ApprovalDecision, ApprovalStatus, DecisionKind
 from demo.models import Order
+from engine.models import RunStatus
 from tests.factories import make_reviewer, make_user
 from tests.test_browser_inbox import (
     PASSWORD,

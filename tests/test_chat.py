@@ -15,11 +15,13 @@ from cryptography.fernet import Fernet
 from django.db.backends import utils as db_utils
 from django.test import Client
 
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import ApprovalRequest
 from conversations.models import Conversation, SessionItem
 from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
 from conversations.views import BUSY_WAITING, BUSY_WORKING, UNREADABLE
 from engine import runs
+from engine.models import AgentRun, RunStatus
+from engine.runs import rows
 from tests.factories import REVIEWER, make_conversation, make_user, user_message
 
 # How the chat says `cancel_order(order_id=42)` to the person who asked: its tool's description.
@@ -347,7 +349,7 @@ def test_a_failed_run_says_what_went_wrong(
 ) -> None:
     send(client_for_alice, conversation, "where is order 7")
     run = AgentRun.objects.get()
-    runs._fail_sync(run.pk, "The agent failed: APIConnectionError: Connection error.")
+    rows.fail_sync(run.pk, "The agent failed: APIConnectionError: Connection error.")
 
     text = page_text(client_for_alice.get(f"/chats/{conversation.session_id}/"))
 

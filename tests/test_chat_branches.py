@@ -13,9 +13,8 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
-from approvals.models import AgentRun, RunStatus
 from conversations.consumers import _render_run
-from conversations.models import Branch, Conversation, RunBranch, SessionItem, TurnUsage
+from conversations.models import Branch, Conversation, SessionItem, TurnUsage
 from conversations.session import DjangoSession, open_session
 from conversations.views import (
     EDIT_BUSY,
@@ -26,6 +25,7 @@ from conversations.views import (
     TOO_LONG,
 )
 from engine import events, runs
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_user
 
 pytestmark = [
@@ -106,7 +106,7 @@ def test_editing_her_second_message_forks_there_and_sends_it(
     assert conversation.current_branch == "edit-1"
     run = AgentRun.objects.order_by("-pk").first()
     assert run is not None and run.input == "where is order 42 really"
-    assert RunBranch.objects.get(run=run).branch == "edit-1"
+    assert AgentRun.objects.get(pk=run.pk).branch == "edit-1"
     run_latest(conversation)
 
     page = client_for_alice.get(f"/chats/{conversation.session_id}/")

@@ -15,10 +15,10 @@ from django.test import Client
 from django.utils import timezone
 
 from agentsite.asgi import application
-from approvals.models import AgentRun, RunStatus
 from conversations.models import Conversation
 from demo.seed import seed_orders
 from engine import events, runs, serverloop
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_request, make_run, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,12 +10,13 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import Client
 
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import ApprovalRequest
 from conversations.consumers import _render_run
 from conversations.models import Conversation
 from conversations.rendering import call_for, plain_call
 from conversations.session import DjangoSession
 from engine import events, runs
+from engine.models import AgentRun, RunStatus
 from engine.runs import streaming
 from tests.factories import (
     make_conversation,

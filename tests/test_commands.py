@@ -11,16 +11,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import executor, runs
+from engine.models import AgentRun, RunStatus
 from engine.runs import driving, rows
 from tests.factories import make_reviewer, pause_run, start_run
 

@@ -17,13 +17,14 @@ from agents.handoffs import handoff
 from agents.testing import ScriptedModel, assistant_message, function_call
 from django.test import Client
 
-from approvals.models import AgentRun, ApprovalOrigin, RunStatus
+from approvals.models import ApprovalOrigin
 from conversations.consumers import _render_run
 from conversations.models import Conversation
 from conversations.session import DjangoSession
 from demo import agents as demo
 from demo.model import decide
 from engine import registry, runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.conftest import Traces
 from tests.factories import make_conversation, make_reviewer, make_user

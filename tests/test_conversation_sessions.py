@@ -16,14 +16,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from approvals.models import (
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    DecisionKind,
-    RunStatus,
-)
-from conversations.models import Conversation, RunBranch, TurnUsage
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
+from conversations.models import Conversation, TurnUsage
+from engine.models import AgentRun, RunStatus
 from tests.factories import (
     T0,
     make_conversation,
@@ -395,7 +390,7 @@ def test_each_turns_session_tokens_and_an_edited_conversations_versions_are_show
     first = turn(conversation, "hello", at=T0)
     second = turn(conversation, "where is order 7", at=T0 + timedelta(minutes=1))
     edited = turn(conversation, "where is order 8", at=T0 + timedelta(minutes=2))
-    RunBranch.objects.create(run=edited, branch="edit-1")
+    AgentRun.objects.filter(pk=edited.pk).update(branch="edit-1")
     stored_usage(first, "main", 1, (100, 20))
     stored_usage(second, "main", 2, (300, 30))
     stored_usage(edited, "edit-1", 2, (310, 31))

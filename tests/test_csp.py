@@ -105,7 +105,7 @@ def pages(admin: Any) -> dict[str, str]:
         "span": f"/traces/{trace.trace_id}/spans/{root.span_id}/",
         "admin": "/admin/",
         "admin list": "/admin/approvals/approvalrequest/",
-        "admin change": f"/admin/approvals/agentrun/{request.run_id}/change/",
+        "admin change": f"/admin/engine/agentrun/{request.run_id}/change/",
         "admin login": "/admin/login/",
     }
 

@@ -18,13 +18,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from approvals.models import (
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    DecisionKind,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
+from engine.models import RunStatus
 from tests.factories import (
     make_request,
     make_reviewer,

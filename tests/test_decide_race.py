@@ -25,14 +25,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_request, make_reviewer, make_run, start_run
 from tracing import exporter as exporter_module
 from tracing import recording

@@ -12,11 +12,11 @@ from agents import RunContextWrapper
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import AgentRun, RunStatus
 from demo import tools
 from demo.models import Order, OrderEvent, SentEmail
 from engine import facts, runs
 from engine.context import RunContext
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
 
 pytestmark = [

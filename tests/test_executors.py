@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from approvals.models import AgentRun, RunStatus
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import executor, runs
+from engine.models import AgentRun, RunStatus
 from tests import live
 from tests.factories import make_conversation, make_reviewer, make_user
 

@@ -23,7 +23,6 @@ from django.utils import timezone
 
 from approvals.forms import PolicyForm
 from approvals.models import (
-    AgentRun,
     ApprovalDecision,
     ApprovalPolicy,
     ApprovalRequest,
@@ -31,10 +30,10 @@ from approvals.models import (
     DecisionKind,
     ExpiryAction,
     PolicyAction,
-    RunStatus,
 )
 from approvals.views import render_row
 from engine import events, registry, runs, signals
+from engine.models import AgentRun, RunStatus
 from engine.runs import decisions
 from tests import scripted
 from tests.factories import make_conversation, make_request, make_reviewer, make_user

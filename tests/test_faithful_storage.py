@@ -12,10 +12,10 @@ import pytest
 from agents import Agent, SQLiteSession, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from approvals.models import AgentRun, RunStatus
 from conversations.models import SessionItem
 from conversations.session import DjangoSession
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
 

@@ -17,12 +17,12 @@ from django.test import Client
 from django.urls import reverse
 
 from agentsite.asgi import application
-from approvals.models import AgentRun, RunStatus
 from conversations import feedback
 from conversations.consumers import _render_run
 from conversations.models import Conversation
 from conversations.session import open_session
 from engine import events, serverloop
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_run, make_user, user_message
 from tests.test_chat_consumer import HOST, ORIGIN, session_cookie
 from tests.test_csp import inline_code

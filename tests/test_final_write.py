@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
-from approvals.models import AgentRun, ProcessKind, RunStatus
 from engine import heartbeat, runs, sweeper
+from engine.models import AgentRun, ProcessKind, RunStatus
 from engine.runs import driving, final
 from tests.factories import start_run
 

@@ -16,10 +16,10 @@ from agents.testing import ScriptedModel, assistant_message
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import AgentRun, RunStatus
 from conversations.session import DjangoSession
 from demo.guardrails import CARD_REFUSED, latest_user_text
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_user
 from tracing.models import Span, Trace, TraceStatus

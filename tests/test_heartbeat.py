@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from approvals.models import AgentRun, ProcessKind, RunStatus, ServerProcess
 from engine import heartbeat, runs, sweeper
+from engine.models import AgentRun, ProcessKind, RunStatus, ServerProcess
 from tests.factories import make_conversation, make_run, make_user, start_run
 from tests.live import ROOT, start_site, stop_site
 from tests.live import test_database_url as live_database_url

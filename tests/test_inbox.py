@@ -16,17 +16,12 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from conversations.models import SessionItem
 from demo.models import Order
 from demo.seed import seed_orders
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests.factories import (
     make_decision,
     make_request,

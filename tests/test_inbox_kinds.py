@@ -21,16 +21,10 @@ from django.utils.html import escape
 from api.models import ApiToken, Scope
 from api.schemas import ToolKindName
 from approvals import explain, kinds
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    RunStatus,
-    ToolKind,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, ToolKind
 from conversations.rendering import call_for, plain_call
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted, test_mcp
 from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
 from tests.test_inbox import XSS
@@ -729,7 +723,7 @@ def test_the_engine_refuses_an_edit_of_a_call_that_is_not_a_function_tools(
     submitted: list,
 ) -> None:
     """An MCP tool named like one of the agent's function tools must not take that tool's
-    schema and edit form (`runs._edit_fields` looked the tool up by name alone)."""
+    schema and edit form (`runs.edits.edit_fields` looked the tool up by name alone)."""
     request = make_request(kind=ToolKind.MCP, server="orders", tool_name="cancel_order")
     before = request.arguments
 

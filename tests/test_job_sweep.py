@@ -13,8 +13,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus
+from approvals.models import ApprovalRequest, ApprovalStatus
 from engine import executor, runs, serverloop, sweeper
+from engine.models import AgentRun, RunStatus
 from tests.test_sweeper import queued_cancel
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -25,8 +25,9 @@ from agents.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp
 from agents.testing import ScriptedModel, assistant_message, function_call
 from django.conf import settings as django_settings
 
-from approvals.models import AgentRun, ApprovalRequest, RunStatus, ToolKind
+from approvals.models import ApprovalRequest, ToolKind
 from engine import mcp, registry, runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.services import free_port

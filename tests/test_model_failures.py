@@ -26,9 +26,9 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import AgentRun, RunStatus
 from conversations.session import DjangoSession
 from engine import executor, model_errors, runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_user
 from tests.provider import (
@@ -407,7 +407,7 @@ def test_the_run_s_admin_page_shows_the_detail(settings: Any, submitted: list, a
     staff = Client()
     staff.force_login(make_user(username="admin", is_staff=True, is_superuser=True))
 
-    page = staff.get(f"/admin/approvals/agentrun/{run.pk}/change/")
+    page = staff.get(f"/admin/engine/agentrun/{run.pk}/change/")
 
     assert page.status_code == 200
     text = page.content.decode()

@@ -17,10 +17,10 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from django.core.exceptions import ImproperlyConfigured
 
 from agentsite.settings import env_agents
-from approvals.models import AgentRun, RunStatus
 from conversations.models import Conversation
 from demo.agents import billing, support_desk
 from engine import registry, runs
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_user
 from tests.provider import TEST_MODEL, LocalProvider, text, tool_call, use_local_provider
 

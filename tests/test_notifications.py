@@ -24,8 +24,9 @@ from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, RunStatus
+from approvals.models import ApprovalDecision, ApprovalRequest
 from engine import signals
+from engine.models import AgentRun, RunStatus
 from notifications import links, sending
 from notifications.models import (
     EmailMode,

@@ -32,9 +32,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 
 from agentsite.settings import _otlp_endpoint
-from approvals.models import AgentRun, RunStatus
 from demo import model as demo_model
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests.conftest import Traces
 from tests.factories import (
     customer_for,

@@ -17,7 +17,6 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import (
-    AgentRun,
     ApprovalDecision,
     ApprovalPolicy,
     ApprovalRequest,
@@ -25,11 +24,11 @@ from approvals.models import (
     DecisionKind,
     PolicyAction,
     PolicyCondition,
-    RunStatus,
     ToolKind,
 )
 from conversations.session import DjangoSession
 from engine import events, policies, registry, runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
 from tracing.models import Span

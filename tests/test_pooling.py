@@ -36,7 +36,7 @@ import pytest
 from django.db import OperationalError
 
 from agentsite.db import pool
-from approvals.models import AgentRun
+from engine.models import AgentRun
 from tests import live
 from tests.factories import make_conversation, make_user
 from tests.postgres import PostgresServer, client_connections, running_postgres

@@ -16,11 +16,12 @@ from django.test import Client
 from django.urls import reverse
 
 from agentsite.asgi import application
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import ApprovalRequest
 from conversations.models import Conversation
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import executor, runs, serverloop
+from engine.models import AgentRun, RunStatus
 from tests.conftest import Traces
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.provider import (

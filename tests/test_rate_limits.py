@@ -11,9 +11,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import AgentRun, RunStatus
 from conversations.models import Conversation
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("submitted")]

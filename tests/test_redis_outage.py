@@ -18,10 +18,10 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from approvals.models import AgentRun, RunStatus
 from conversations.models import Conversation
 from engine import events
 from engine.access import PAUSED_CODE
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_user
 from tests.live import LiveSite, start_site, stop_site
 from tests.live import test_database_url as live_database_url

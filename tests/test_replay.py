@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from approvals.models import AgentRun, ConsumedState, RunStatus
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import runs
+from engine.models import AgentRun, ConsumedState, RunStatus
 from engine.runs import rows
 from tests.factories import make_reviewer, pause_run
 
-CONSUMED = "/admin/approvals/consumedstate/"
+CONSUMED = "/admin/engine/consumedstate/"
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

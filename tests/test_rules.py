@@ -11,7 +11,8 @@ import pytest
 from django.db.models import F, Value
 from django.utils import timezone
 
-from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus
+from approvals.models import ApprovalRequest, ApprovalStatus
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation
 from tracing.models import (
     GUARDRAIL_TRIPPED,

@@ -12,7 +12,7 @@ from agents import Agent, RunContextWrapper, Runner, RunState, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import ApprovalRequest
 from conversations.session import DjangoSession
 from engine import registry, runs
 from engine.context import (
@@ -23,6 +23,7 @@ from engine.context import (
     requesting_user_sync,
     serialize,
 )
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
 

@@ -14,17 +14,16 @@ from channels.layers import get_channel_layer
 from django.db import connection
 
 from approvals.models import (
-    AgentRun,
     ApprovalDecision,
     ApprovalOrigin,
     ApprovalRequest,
     ApprovalStatus,
-    RunStatus,
     arguments_hash,
 )
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
 from engine import events, registry, runs
+from engine.models import AgentRun, RunStatus
 from engine.runs import rows
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user, start_run

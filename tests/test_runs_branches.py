@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from approvals.models import AgentRun, RunStatus
-from conversations.models import Conversation, RunBranch, TurnUsage, run_branch
+from conversations.models import Conversation, TurnUsage
 from conversations.session import DjangoSession
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_reviewer, make_user
 
 pytestmark = [
@@ -50,7 +50,7 @@ def test_a_completed_run_stores_its_turns_usage(submitted: list) -> None:
     )
     assert usage.requests >= 2
     assert TurnUsage.objects.filter(conversation=conversation).count() == 2
-    assert not RunBranch.objects.exists()  # main's runs need no row
+    assert set(AgentRun.objects.values_list("branch", flat=True)) == {"main"}
 
 
 def test_a_paused_run_stores_what_it_used_and_its_resumption_the_whole(submitted: list) -> None:
@@ -81,7 +81,7 @@ def test_a_run_started_on_a_branch_writes_and_counts_there(submitted: list) -> N
     run = run_turn(conversation, "is order 7 late", chen)
 
     assert run.status == RunStatus.COMPLETED, run.error
-    assert run_branch(AgentRun.objects.select_related("branch_link").get(pk=run.pk)) == "edit-1"
+    assert AgentRun.objects.get(pk=run.pk).branch == "edit-1"
     session_id = conversation.session_id
     assert user_texts(session_id) == ["where is order 7", "is order 7 late"]
     assert user_texts(session_id, "main") == ["where is order 7", "is order 7 shipped"]

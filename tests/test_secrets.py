@@ -28,10 +28,11 @@ from django.test import Client
 from django.urls import include, path, reverse
 from django.utils import timezone
 
-from approvals.models import AgentRun, ApprovalRequest, ProcessKind, RunStatus, ServerProcess
+from approvals.models import ApprovalRequest
 from common.secrets import MaskApiKey, mask_key
 from conversations.models import Conversation
 from engine import runs
+from engine.models import AgentRun, ProcessKind, RunStatus, ServerProcess
 from tests.conftest import Traces
 from tests.factories import PASSWORD, customer_for, make_conversation, make_reviewer, make_user
 from tests.live import start_site, stop_site
@@ -130,7 +131,7 @@ def every_row() -> dict[str, str]:
     """Every row of every table the project's models own, every field, by table and field."""
     found = {}
     for model in apps.get_models():
-        if model._meta.app_label not in ("approvals", "conversations", "tracing", "demo"):
+        if model._meta.app_label not in ("engine", "approvals", "conversations", "tracing", "demo"):
             continue
         for row in model._default_manager.values():
             for name, value in row.items():
@@ -182,7 +183,7 @@ def pages_of(conversation: Conversation) -> dict[str, str]:
             for span_id in Span.objects.filter(trace=trace).values_list("span_id", flat=True)
         ]
     for model in admin_site._registry:
-        if model._meta.app_label not in ("approvals", "conversations", "tracing"):
+        if model._meta.app_label not in ("engine", "approvals", "conversations", "tracing"):
             continue
         info = model._meta.app_label, model._meta.model_name
         urls.append((as_admin, reverse("admin:{}_{}_changelist".format(*info))))
@@ -226,9 +227,7 @@ def test_the_key_appears_in_no_log_row_or_page(
     assert Span.objects.filter(span_type__in=("generation", "response")).count() >= 5
     functions = Span.objects.filter(span_type="function").values_list("name", flat=True)
     assert set(functions) == {"lookup_order", "cancel_order"}
-    states = [
-        v for field, v in while_paused.items() if field.startswith("approvals.AgentRun.state ")
-    ]
+    states = [v for field, v in while_paused.items() if field.startswith("engine.AgentRun.state ")]
     assert any(len(state) > 1000 for state in states)  # the paused run's RunState
     assert "Order 42 is cancelled." in pages[f"/chats/{conversation.session_id}/"]
     assert "Served by an OpenAI-compatible server at" in pages["/"]

@@ -32,7 +32,7 @@ def test_the_sessions_live_site_leaves_the_other_tests_rows_alone(live_site: Any
     """The browser tests' server lives through the whole session on the test database: it
     neither sweeps (expiry, recovery) nor beats (its beat fails runs of gone processes), or
     it would act on whatever rows a later test made, as a foreign process."""
-    from approvals.models import ServerProcess
+    from engine.models import ServerProcess
 
     environ = Path(f"/proc/{live_site.process.pid}/environ").read_bytes().split(b"\0")
     assert b"AGENTSITE_SWEEP_SECONDS=0" in environ

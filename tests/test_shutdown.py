@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from approvals.models import AgentRun, RunStatus
 from engine import executor, runs
+from engine.models import AgentRun, RunStatus
 from engine.runs import driving
 from tests.factories import make_conversation, make_run, make_user
 from tests.live import LiveSite, start_site, stop_site

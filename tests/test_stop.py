@@ -22,9 +22,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import AgentRun, ApprovalRequest, ConsumedState, RunStatus
+from approvals.models import ApprovalRequest
 from conversations.session import DjangoSession
 from engine import events, runs
+from engine.models import AgentRun, ConsumedState, RunStatus
 from engine.runs import stopping
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user, pause_run

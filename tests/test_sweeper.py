@@ -10,9 +10,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from approvals.models import AgentRun, ApprovalRequest, ApprovalStatus, RunStatus
+from approvals.models import ApprovalRequest, ApprovalStatus
 from demo.seed import seed_orders
 from engine import runs, sweeper
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)

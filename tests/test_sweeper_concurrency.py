@@ -23,16 +23,9 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    ProcessKind,
-    RunStatus,
-    ServerProcess,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from engine import events, runs
+from engine.models import AgentRun, ProcessKind, RunStatus, ServerProcess
 from tests.factories import make_request, make_run
 from tests.live import ROOT
 from tests.live import test_database_url as live_database_url
@@ -237,7 +230,7 @@ CHILD = """
 import json, sys
 import django
 django.setup()
-from approvals.models import ProcessKind
+from engine.models import ProcessKind
 from engine import events, executor, heartbeat
 from tests import test_sweeper_concurrency as here
 records = []

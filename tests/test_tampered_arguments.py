@@ -9,9 +9,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import ARGUMENTS_TAMPERED, ApprovalRequest, RunStatus, arguments_hash
+from approvals.models import ARGUMENTS_TAMPERED, ApprovalRequest, arguments_hash
 from demo.models import OrderEvent
 from engine import runs
+from engine.models import RunStatus
 from tests.factories import make_reviewer, pause_run
 
 pytestmark = [

@@ -18,7 +18,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import NoReverseMatch, reverse
 
-from approvals.models import AgentRun, RunStatus
+from engine.models import AgentRun, RunStatus
 from tests import factories
 from tests.factories import (
     grant,

@@ -18,7 +18,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from approvals.models import DecisionKind, RunStatus
+from approvals.models import DecisionKind
+from engine.models import RunStatus
 from tests.conftest import Traces
 from tests.factories import (
     T0,

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from approvals.models import ApprovalStatus, DecisionKind, RunStatus
+from approvals.models import ApprovalStatus, DecisionKind
+from engine.models import RunStatus
 from tests.factories import make_decision, make_request, make_run, make_trace
 from tracing import recording
 from tracing.models import Trace, TraceOutcome, TraceStatus, outcome_filter

@@ -19,9 +19,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from approvals.models import AgentRun, RunStatus
 from demo import model as demo_model
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.conftest import Traces
 from tests.factories import (
@@ -923,8 +923,8 @@ def test_the_admin_and_the_inbox_link_to_the_trace(traces: Traces, demo: None) -
 
     admin = Client()
     admin.force_login(make_user(username="root", is_staff=True, is_superuser=True))
-    assert link in text(admin.get(f"/admin/approvals/agentrun/{run.pk}/change/"))
-    assert link in text(admin.get("/admin/approvals/agentrun/"))
+    assert link in text(admin.get(f"/admin/engine/agentrun/{run.pk}/change/"))
+    assert link in text(admin.get("/admin/engine/agentrun/"))
     assert link in text(admin.get(f"/admin/tracing/trace/{trace.pk}/change/"))
     assert link in text(admin.get("/admin/tracing/trace/"))
 

@@ -19,8 +19,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from approvals.models import ApprovalRequest
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.conftest import Traces
 from tests.factories import (

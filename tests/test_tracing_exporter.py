@@ -22,7 +22,7 @@ from agents.tracing import Trace as SDKTrace
 from agents.tracing.processors import default_processor
 from django.db import DataError, OperationalError, connection
 
-from approvals.models import RunStatus
+from engine.models import RunStatus
 from tests.factories import make_conversation
 from tests.live import ROOT
 from tests.live import test_database_url as database_url
@@ -145,7 +145,7 @@ def test_a_span_of_an_unknown_trace_gets_a_placeholder_that_the_trace_fills_in_l
 
 
 def test_it_links_the_run_by_the_trace_id_the_engine_chose() -> None:
-    from approvals.models import AgentRun
+    from engine.models import AgentRun
 
     run = AgentRun.objects.create(
         conversation=make_conversation(),
@@ -402,7 +402,7 @@ def test_its_times_are_adapted_as_django_adapts_them() -> None:
 
 
 def test_a_root_span_ends_only_a_foreign_running_trace_and_an_error_wins() -> None:
-    from approvals.models import AgentRun
+    from engine.models import AgentRun
 
     run = AgentRun.objects.create(
         conversation=make_conversation(), agent_name="support", input="hi", trace_id="trace_run"

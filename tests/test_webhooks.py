@@ -21,8 +21,8 @@ from django.db import connections, transaction
 from django.test import Client
 from django.utils import timezone
 
-from approvals.models import AgentRun, RunStatus
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests.factories import (
     make_request,
     make_reviewer,

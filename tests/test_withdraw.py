@@ -20,16 +20,11 @@ from channels.layers import get_channel_layer
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from conversations.session import DjangoSession
 from conversations.views import BUSY_WAITING, UNDO_WAITING, UNDO_WORKING
 from engine import events, runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.test_decide_race import race

@@ -14,15 +14,10 @@ from asgiref.sync import sync_to_async
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from conversations.session import DjangoSession
 from engine import events, runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import (
     grant,

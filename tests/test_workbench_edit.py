@@ -18,17 +18,16 @@ from django.urls import reverse
 
 from approvals.forms import ArgumentsForm
 from approvals.models import (
-    AgentRun,
     ApprovalDecision,
     ApprovalRequest,
     ApprovalStatus,
     DecisionKind,
-    RunStatus,
     arguments_hash,
 )
 from conversations.models import SessionItem
 from conversations.session import DjangoSession
 from engine import registry, runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
 from tracing.models import Span

@@ -14,16 +14,10 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    DecisionKind,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
 from conversations.session import DjangoSession
 from engine import runs
+from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
 from tracing.models import Span

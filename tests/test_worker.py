@@ -27,9 +27,9 @@ from django.db import OperationalError, connections
 from django.tasks import task
 from django_tasks_db.models import DBTaskResult, DBTaskResultQuerySet
 
-from approvals.models import AgentRun, ProcessKind, RunStatus, ServerProcess
 from engine import runs
 from engine.management.commands.run_worker import ConcurrentWorker
+from engine.models import AgentRun, ProcessKind, RunStatus, ServerProcess
 from tests import live
 from tests.factories import start_run
 from tests.test_executors import approval_cycle

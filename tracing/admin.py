@@ -131,7 +131,7 @@ class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
     def run_link(self, trace: Trace) -> SafeString | str:
         if trace.run_id is None:
             return "-"
-        url = reverse("admin:approvals_agentrun_change", args=[trace.run_id])
+        url = reverse("admin:engine_agentrun_change", args=[trace.run_id])
         return format_html('<a href="{}">Run {}</a>', url, trace.run_id)
 
     @admin.display(description="duration")

@@ -22,9 +22,9 @@ from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
 from django.urls import reverse
 
-from approvals.models import AgentRun
 from engine import events, permissions
 from engine.access import GuardedConsumer
+from engine.models import AgentRun
 from tracing.models import Span, Trace
 
 if TYPE_CHECKING:

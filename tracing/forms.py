@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from approvals.models import AgentRun
+from engine.models import AgentRun
 from tracing.models import Feedback, FeedbackScore, Span, TraceOutcome, TraceStatus, outcome_filter
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

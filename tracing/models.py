@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.expressions import Combinable
 
-from approvals.models import AgentRun, RunStatus
+from engine.models import AgentRun, RunStatus
 
 
 class TraceStatus(models.TextChoices):

@@ -17,14 +17,8 @@ from django.db import connection, transaction
 from django.db.models import Case, Value, When
 from django.utils import timezone
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    DecisionKind,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
+from engine.models import AgentRun, RunStatus
 from tracing import redaction
 from tracing.models import Span, TraceOutcome, TraceStatus, trace_status
 from tracing.sql import new_trace, statements

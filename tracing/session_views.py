@@ -25,22 +25,15 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    DecisionKind,
-    RunStatus,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
 from common import formatting
 from conversations.models import (
     MAIN_BRANCH,
     Conversation,
     TurnUsage,
     branch_label,
-    run_branch,
 )
+from engine.models import AgentRun, RunStatus
 from tracing import pricing, redaction
 from tracing.forms import CursorField, make_cursor
 from tracing.models import (
@@ -241,7 +234,7 @@ def conversation_turns(
     now = now or timezone.now()
     runs = list(
         AgentRun.objects.filter(conversation=conversation)
-        .select_related("requested_by", "branch_link")
+        .select_related("requested_by")
         .order_by("created", "pk")
     )
     stored = {
@@ -318,7 +311,7 @@ def conversation_turns(
             outcome_reason=shown.outcome_reason,
             feedback=feedback.get(run.pk, []),
             trace_url=reverse("trace_detail", args=[run.trace_id]) if run.trace_id else "",
-            branch=run_branch(run),
+            branch=run.branch,
         )
         usage = stored.get(run.pk)
         if usage is not None:

@@ -23,7 +23,7 @@ from django.db.models.expressions import Combinable, RawSQL
 from django.db.models.sql import UpdateQuery
 
 from agentsite.db.sql import column, per_vendor, placeholders, qualified, table
-from approvals.models import AgentRun
+from engine.models import AgentRun
 from tracing.models import SPAN_FIELDS, Span, Trace, TraceStatus, status_expression
 
 # The fields the exporter writes, in the order of its rows: all of each model's own but the

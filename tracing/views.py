@@ -26,10 +26,10 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.http import content_disposition_header, urlencode
 from django.views.decorators.http import require_GET
 
-from approvals.models import FINISHED_STATUSES, AgentRun
 from common import formatting
 from common.http import HtmxHttpRequest
 from engine import events, permissions
+from engine.models import FINISHED_STATUSES, AgentRun
 from tracing import pricing, redaction
 from tracing import tree as trees
 from tracing.forms import TraceFilterForm, make_cursor, registered_workflow

@@ -8,7 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.urls import reverse
 
-from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, RunStatus
+from approvals.models import ApprovalDecision, ApprovalRequest
+from engine.models import AgentRun, RunStatus
 
 
 def _when(value: Any) -> str | None:

@@ -13,17 +13,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import (
-    AgentRun,
     ApprovalDecision,
     ApprovalPolicy,
     ApprovalRequest,
     ApprovalStatus,
     DecisionKind,
     ExpiryAction,
-    RunStatus,
     ToolKind,
 )
 from engine import events, executor, permissions, policies, signals
+from engine.models import AgentRun, RunStatus
 from tracing import recording
 
 if TYPE_CHECKING:

@@ -17,12 +17,11 @@ from openai.types.responses import ResponseTextDeltaEvent
 
 from agentsite.db import hops
 from agentsite.db.hops import db_hop
-from approvals.models import AgentRun, RunStatus
-from conversations.models import run_branch
 from conversations.session import open_session
 from engine import context as run_context
 from engine import events, mcp, policies, providers, registry
 from engine.executor import Job
+from engine.models import AgentRun, RunStatus
 from engine.runs import edits, endings, errors, final, restoring, rows, saving, stopping, streaming
 
 logger = logging.getLogger(__name__)
@@ -136,7 +135,7 @@ async def _drive(
         owner=conversation.owner_id,
         agent_name=run.agent_name,
         conversation_pk=conversation.pk,
-        branch=run_branch(run),
+        branch=run.branch,
     )
     result: RunResultStreaming | None = None
     stopper: stopping.Stopper | None = None

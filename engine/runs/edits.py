@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from agents._tool_invocation import tool_invocation_identity_and_scope
 from django.utils.crypto import salted_hmac
 
-from approvals.models import AgentRun, ApprovalDecision, ApprovalRequest, ToolKind, arguments_hash
+from approvals.models import ApprovalDecision, ApprovalRequest, ToolKind, arguments_hash
 from conversations.items import is_user_message
-from conversations.models import run_branch
 from conversations.session import open_session, rewrite_items
 from engine import registry
+from engine.models import AgentRun
 from engine.runs import errors, rows
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ async def edit_session_calls(run: AgentRun, edits: dict[str, str]) -> None:
         owner=conversation.owner_id,
         agent_name=run.agent_name,
         conversation_pk=conversation.pk,
-        branch=run_branch(run),
+        branch=run.branch,
     )
 
     turn_started = False  # items come newest first: older turns' calls stay as they ran

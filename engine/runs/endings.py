@@ -11,9 +11,9 @@ from typing import Any
 from agents import RunResultStreaming
 from agents.exceptions import InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered
 
-from approvals.models import AgentRun, RunStatus
 from conversations.items import is_user_message, message_text
 from engine import model_errors
+from engine.models import AgentRun, RunStatus
 from engine.runs import errors, final
 from tracing import redaction
 

@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from agentsite.db.hops import db_hop
-from approvals.models import ACTIVE_STATUSES, AgentRun, RunStatus
 from engine import events
+from engine.models import ACTIVE_STATUSES, AgentRun, RunStatus
 from engine.runs import rows
 
 logger = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from approvals.models import AgentRun, RunStatus, ServerProcess
 from engine import events, executor, heartbeat
 from engine.executor import Job
+from engine.models import AgentRun, RunStatus, ServerProcess
 from engine.runs import rows
 
 logger = logging.getLogger(__name__)

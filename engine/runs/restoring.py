@@ -15,16 +15,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from agentsite.db.hops import db_hop
-from approvals.models import (
-    AgentRun,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalStatus,
-    arguments_hash,
-)
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, arguments_hash
 from engine import calls as paused_calls
 from engine import context as run_context
 from engine import mcp, registry
+from engine.models import AgentRun
 from engine.runs import edits, errors, rows
 
 logger = logging.getLogger(__name__)

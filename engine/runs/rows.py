@@ -16,15 +16,9 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from agentsite.db.hops import db_hop
-from approvals.models import (
-    ACTIVE_STATUSES,
-    AgentRun,
-    ApprovalRequest,
-    ApprovalStatus,
-    ConsumedState,
-    RunStatus,
-)
+from approvals.models import ApprovalRequest, ApprovalStatus
 from engine import events, heartbeat, signals
+from engine.models import ACTIVE_STATUSES, AgentRun, ConsumedState, RunStatus
 from engine.sql import statements
 from tracing import recording
 
@@ -95,9 +89,7 @@ def claim_sync(run_id: int, expected: str) -> AgentRun | None:
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
         return None
-    return AgentRun.objects.select_related("conversation", "requested_by", "branch_link").get(
-        pk=run_id
-    )
+    return AgentRun.objects.select_related("conversation", "requested_by").get(pk=run_id)
 
 
 def claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
@@ -116,7 +108,7 @@ def claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
         if not claimed:
             logger.info("Run %s was not resuming (or already taken); left alone.", run_id)
             return None
-        run = AgentRun.objects.select_related("conversation", "branch_link").get(pk=run_id)
+        run = AgentRun.objects.select_related("conversation").get(pk=run_id)
         with connection.cursor() as cursor:
             cursor.execute(sql.consume, [run.pk, run.pause_count, nonce(run.state), now])
             first_use = cursor.rowcount == 1

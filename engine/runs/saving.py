@@ -8,6 +8,7 @@ import copy
 import json
 import logging
 import secrets
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -19,13 +20,14 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from approvals.models import AgentRun, ApprovalOrigin, ApprovalRequest, RunStatus, arguments_hash
+from approvals.models import ApprovalDecision, ApprovalOrigin, ApprovalRequest, arguments_hash
 from conversations.items import parse_arguments
-from conversations.models import Conversation, run_branch
+from conversations.models import Conversation
 from conversations.session import record_turn_usage
 from engine import calls as paused_calls
 from engine import context as run_context
 from engine import events, executor, policies, registry, signals
+from engine.models import AgentRun, RunStatus
 from engine.runs import decisions, expiry, rows, starting
 from tracing import recording
 
@@ -48,7 +50,7 @@ def _follow_agent(run: AgentRun, result: RunResultStreaming) -> None:
 def _store_turn_usage(run: AgentRun, result: RunResultStreaming) -> None:
     """What the run used so far, as its turn's usage in the session (the SDK's
     `store_run_usage`, on the run's branch): a resumed run's usage holds its pause's."""
-    record_turn_usage(run.conversation_id, run_branch(run), result.context_wrapper.usage, run.pk)
+    record_turn_usage(run.conversation_id, run.branch, result.context_wrapper.usage, run.pk)
 
 
 def _final_text(output: Any) -> str:
@@ -111,18 +113,75 @@ def _origin(item: ToolApprovalItem, starting_agent: Agent[Any]) -> str:
     return ApprovalOrigin.TOOL
 
 
+@dataclass(frozen=True)
+class _Paused:
+    """A call the pause records: the SDK's item, what the approval policies said of it and
+    its expiry policy, both chosen now (a later change to a rule or the tool changes
+    nothing)."""
+
+    item: ToolApprovalItem
+    verdict: policies.Verdict
+    on_expiry: expiry.Expiry
+
+
 def save_pause(
     run: AgentRun,
     agent: Agent[Any],
     result: RunResultStreaming,
     mcp_tools: dict[str, Any] | None = None,
 ) -> rows.Outcome:
+    """The stream ended with interruptions: in one transaction the signed state, one request
+    per paused call (those the policies decided decided), the run waiting (or resuming, when
+    the policies decided every call), the trace and the signals; the events once stored."""
     # The context as ids only (`engine/context.py`); anything else in it refuses to be saved.
     state = result.to_state().to_json(context_serializer=run_context.serialize, strict_context=True)
     run.trace_id = rows.trace_id_of(result) or run.trace_id
-    interruptions = list(result.interruptions)
-    # The approval policies, read once for the pause; a deciding verdict is a decision below.
-    # A call that paused only because a rule's gate stopped it keeps that rule's verdict.
+    paused = _judged(run, agent, result)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            # FOR NO KEY UPDATE, as in `decisions.record_decision`: the exporter's batch of
+            # this run's trace checks its foreign key to the run on commit, while this waits
+            # for its row.
+            locked = AgentRun.objects.select_for_update(no_key=True).get(pk=run.pk)
+            if (
+                locked.status in (RunStatus.WAITING, RunStatus.RESUMING)
+                and locked.pause_count == run.pause_count + 1
+            ):
+                return _saved_before(run, locked)
+            if locked.status != RunStatus.RUNNING:
+                # Failed meanwhile: asking reviewers to approve a dead run's calls is wrong.
+                logger.warning("Run %s paused but was %s; nothing saved.", run.pk, locked.status)
+                return rows.Outcome()
+            pause = locked.pause_count + 1
+            _bind(state, run.pk, pause, mcp_tools)
+            requests = _request_rows(locked, pause, agent, paused, now)
+            decided = [
+                decisions.decide_by_policy(request, each.verdict, now)
+                for request, each in zip(requests, paused, strict=True)
+                if each.verdict.decides
+            ]
+            # Every call decided by a policy: the run goes on at once, as after a person's
+            # last decision (the state is saved first: it resumes through the same path).
+            status = RunStatus.RESUMING if len(decided) == len(requests) else RunStatus.WAITING
+            _store_state(run, agent, result, state, pause, status, mcp_tools, now)
+            _record(run, result, status, requests, decided)
+            if status == RunStatus.RESUMING:
+                transaction.on_commit(lambda: executor.submit("resume", run.pk))
+    except IntegrityError as exc:
+        # The model reused a call id of this run: its calls could no longer be told apart.
+        rows.fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)
+        return rows.Outcome(
+            events=[rows.run_updated(run.pk, run.conversation_id, RunStatus.FAILED)]
+        )
+    return _announced(run, requests, status)
+
+
+def _judged(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> list[_Paused]:
+    """The paused calls with the approval policies' verdicts (the rules read once for the
+    pause; a call that paused only because a rule's gate stopped it keeps that rule's
+    verdict) and their expiry policies."""
+    items = list(result.interruptions)
     calls = [
         policies.call_for(
             item.agent.name if item.agent else agent.name,
@@ -131,126 +190,118 @@ def save_pause(
             run.agent_name,
             paused_calls.kind(item),
         )
-        for item in interruptions
+        for item in items
     ]
     verdicts = policies.verdicts(calls, run.requested_by_id)
     context = result.context_wrapper.context
-    verdicts = [
-        policies.gated_verdict(context, item.call_id or "") or verdict
-        for item, verdict in zip(interruptions, verdicts, strict=True)
-    ]
-    # Chosen now, like the verdict: a later change to the rule or the tool changes nothing.
-    expiries = [
-        expiry.expiry_policy(verdict, call.review)
-        for verdict, call in zip(verdicts, calls, strict=True)
-    ]
-    now = timezone.now()
+    judged = []
+    for item, call, verdict in zip(items, calls, verdicts, strict=True):
+        verdict = policies.gated_verdict(context, item.call_id or "") or verdict
+        judged.append(_Paused(item, verdict, expiry.expiry_policy(verdict, call.review)))
+    return judged
+
+
+def _saved_before(run: AgentRun, locked: AgentRun) -> rows.Outcome:
+    """An earlier attempt of this write committed before its connection broke (only this
+    write moves a running run to waiting, or to resuming when policies decided all of its
+    calls: a resumption takes the state once, so asking again is safe)."""
+    requests = list(ApprovalRequest.objects.of_pause(locked, locked.pause_count))
+    if locked.status == RunStatus.RESUMING:
+        transaction.on_commit(lambda: executor.submit("resume", run.pk))
+    return _announced(run, requests, locked.status)
+
+
+def _bind(state: dict[str, Any], run_id: int, pause: int, mcp_tools: dict[str, Any] | None) -> None:
+    """Bind the state to this run and pause, under its signature (`rows.STATE_BINDING`)."""
+    state[rows.STATE_BINDING] = {"run": run_id, "pause": pause, "nonce": secrets.token_hex(16)}
+    if mcp_tools:
+        # The MCP servers the run opened: the resume opens them first, to hold their tools
+        # against this fingerprint.
+        state[rows.STATE_BINDING]["mcp"] = sorted(mcp_tools)
+
+
+def _request_rows(
+    locked: AgentRun, pause: int, agent: Agent[Any], paused: list[_Paused], now: Any
+) -> list[ApprovalRequest]:
     expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
-    outcome = rows.Outcome()
-    try:
-        with transaction.atomic():
-            # FOR NO KEY UPDATE, as in `decisions.record_decision`: the exporter's batch of this run's
-            # trace checks its foreign key to the run on commit, while this waits for its row.
-            locked = AgentRun.objects.select_for_update(no_key=True).get(pk=run.pk)
-            if (
-                locked.status in (RunStatus.WAITING, RunStatus.RESUMING)
-                and locked.pause_count == run.pause_count + 1
-            ):
-                # An earlier attempt committed before its connection broke (only this write
-                # moves a running run to waiting, or to resuming when policies decided all
-                # of its calls: a resumption takes the state once, so asking again is safe).
-                requests = list(ApprovalRequest.objects.of_pause(locked, locked.pause_count))
-                outcome.events.extend(
-                    events.ApprovalCreated.for_request(r) for r in requests if r.is_pending
-                )
-                outcome.events.append(rows.run_updated(run.pk, run.conversation_id, locked.status))
-                if locked.status == RunStatus.RESUMING:
-                    transaction.on_commit(lambda: executor.submit("resume", run.pk))
-                return outcome
-            if locked.status != RunStatus.RUNNING:
-                # Failed meanwhile: asking reviewers to approve a dead run's calls is wrong.
-                logger.warning("Run %s paused but was %s; nothing saved.", run.pk, locked.status)
-                return outcome
-            pause = locked.pause_count + 1
-            state[rows.STATE_BINDING] = {
-                "run": run.pk,
-                "pause": pause,
-                "nonce": secrets.token_hex(16),
-            }
-            if mcp_tools:
-                # The MCP servers the run opened: the resume opens them first, to hold their
-                # tools against this fingerprint.
-                state[rows.STATE_BINDING]["mcp"] = sorted(mcp_tools)
-            requests = [
-                ApprovalRequest.objects.create(
-                    run=locked,
-                    pause=pause,
-                    call_id=item.call_id or "",
-                    agent_name=item.agent.name if item.agent else agent.name,
-                    tool_name=item.tool_name or "",
-                    arguments=parse_arguments(paused_calls.arguments(item)),
-                    arguments_hash=arguments_hash(paused_calls.arguments(item)),
-                    origin=_origin(item, agent),
-                    kind=paused_calls.kind(item),
-                    server=paused_calls.server(item)[:200],
-                    expires_at=expires_at,
-                    verdict=verdict.as_json(),
-                    on_expiry=expiry.action,
-                    escalate_to=expiry.group,
-                    expiry_note=expiry.note,
-                )
-                for item, verdict, expiry in zip(interruptions, verdicts, expiries, strict=True)
-            ]
-            decided = [
-                decisions.decide_by_policy(request, verdict, now)
-                for request, verdict in zip(requests, verdicts, strict=True)
-                if verdict.decides
-            ]
-            # Every call decided by a policy: the run goes on at once, as after a person's
-            # last decision (the state is saved first: it resumes through the same path).
-            resuming = len(decided) == len(requests)
-            AgentRun.objects.filter(pk=run.pk).update(
-                status=RunStatus.RESUMING if resuming else RunStatus.WAITING,
-                state=state,
-                state_signature=rows.sign_state(state),
-                state_consumed=False,
-                pause_count=pause,
-                sdk_version=SDK_VERSION,
-                state_schema_version=str(state.get("$schemaVersion", "")),
-                agent_fingerprint=registry.fingerprint(agent, mcp_tools),
-                trace_id=run.trace_id,
-                usage=rows.usage_of(result),
-                streamed_text="",
-                updated=now,
-            )
-            status = RunStatus.RESUMING if resuming else RunStatus.WAITING
-            # A copy: `run` stays as it was claimed, which a retry of this write compares.
-            paused = copy.copy(run)
-            paused.status = status
-            for request, decision in decided:
-                # In this transaction, as a person's: the trace shows it when the audit does.
-                recording.record_decision(request, decision, request.status, paused)
-            for request in requests:
-                if request.is_pending:
-                    signals.approval_created.send(sender=ApprovalRequest, request=request)
-            for request, decision in decided:
-                signals.approval_decided.send(
-                    sender=ApprovalRequest, request=request, decision=decision
-                )
-            recording.follow_run(run, status)
-            _follow_agent(run, result)
-            _store_turn_usage(run, result)
-            if resuming:
-                transaction.on_commit(lambda: executor.submit("resume", run.pk))
-    except IntegrityError as exc:
-        # The model reused a call id of this run: its calls could no longer be told apart.
-        rows.fail_sync(run.pk, f"The agent paused with a call id it had used before: {exc}", result)
-        return rows.Outcome(
-            events=[rows.run_updated(run.pk, run.conversation_id, RunStatus.FAILED)]
+    return [
+        ApprovalRequest.objects.create(
+            run=locked,
+            pause=pause,
+            call_id=each.item.call_id or "",
+            agent_name=each.item.agent.name if each.item.agent else agent.name,
+            tool_name=each.item.tool_name or "",
+            arguments=parse_arguments(paused_calls.arguments(each.item)),
+            arguments_hash=arguments_hash(paused_calls.arguments(each.item)),
+            origin=_origin(each.item, agent),
+            kind=paused_calls.kind(each.item),
+            server=paused_calls.server(each.item)[:200],
+            expires_at=expires_at,
+            verdict=each.verdict.as_json(),
+            on_expiry=each.on_expiry.action,
+            escalate_to=each.on_expiry.group,
+            expiry_note=each.on_expiry.note,
         )
-    # A call a policy decided never reaches an inbox.
-    outcome.events.extend(
-        events.ApprovalCreated.for_request(request) for request in requests if request.is_pending
+        for each in paused
+    ]
+
+
+def _store_state(
+    run: AgentRun,
+    agent: Agent[Any],
+    result: RunResultStreaming,
+    state: dict[str, Any],
+    pause: int,
+    status: str,
+    mcp_tools: dict[str, Any] | None,
+    now: Any,
+) -> None:
+    AgentRun.objects.filter(pk=run.pk).update(
+        status=status,
+        state=state,
+        state_signature=rows.sign_state(state),
+        state_consumed=False,
+        pause_count=pause,
+        sdk_version=SDK_VERSION,
+        state_schema_version=str(state.get("$schemaVersion", "")),
+        agent_fingerprint=registry.fingerprint(agent, mcp_tools),
+        trace_id=run.trace_id,
+        usage=rows.usage_of(result),
+        streamed_text="",
+        updated=now,
+    )
+
+
+def _record(
+    run: AgentRun,
+    result: RunResultStreaming,
+    status: str,
+    requests: list[ApprovalRequest],
+    decided: list[tuple[ApprovalRequest, ApprovalDecision]],
+) -> None:
+    """In the pause's transaction: the policies' decisions in the trace (as a person's: the
+    trace shows them when the audit does), the signals (an outbox writes in this
+    transaction), the run's trace status, who answers next and the turn's usage."""
+    # A copy: `run` stays as it was claimed, which a retry of this write compares.
+    paused = copy.copy(run)
+    paused.status = status
+    for request, decision in decided:
+        recording.record_decision(request, decision, request.status, paused)
+    for request in requests:
+        if request.is_pending:
+            signals.approval_created.send(sender=ApprovalRequest, request=request)
+    for request, decision in decided:
+        signals.approval_decided.send(sender=ApprovalRequest, request=request, decision=decision)
+    recording.follow_run(run, status)
+    _follow_agent(run, result)
+    _store_turn_usage(run, result)
+
+
+def _announced(run: AgentRun, requests: list[ApprovalRequest], status: str) -> rows.Outcome:
+    """What the pages are told once the pause is stored: each request that waits for a
+    person (a call a policy decided never reaches an inbox), and the run's new status."""
+    outcome = rows.Outcome(
+        events=[events.ApprovalCreated.for_request(r) for r in requests if r.is_pending]
     )
     outcome.events.append(rows.run_updated(run.pk, run.conversation_id, status))
     return outcome

@@ -14,10 +14,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.models import AgentRun, RunStatus
 from conversations.models import Conversation
-from conversations.session import place_run
 from engine import events, executor, heartbeat, registry
+from engine.models import AgentRun, RunStatus
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
@@ -31,9 +30,16 @@ RATE_WINDOW = timedelta(minutes=1)
 
 
 def start_run(
-    conversation: Conversation, text: str, user: User | AnonymousUser | None = None
+    conversation: Conversation,
+    text: str,
+    user: User | AnonymousUser | None = None,
+    *,
+    branch: str | None = None,
 ) -> AgentRun:
-    """Queue a run of the conversation's agent on `text`; it starts after commit.
+    """Queue a run of the conversation's agent on `text`; it starts after commit. It runs on
+    the branch the conversation is on now: `branch`, as a caller holding the conversation's
+    lock read it, else read here (its session writes there, and the chat shows it with that
+    branch).
 
     Raises:
         ValueError: the text is empty or too long (nothing is stored).
@@ -49,8 +55,15 @@ def start_run(
     registry.get_agent(agent_name)  # fail here, not in the background, for an unknown agent
     if user is not None and user.is_authenticated:
         _check_message_rate(user)
+    if branch is None:
+        branch = (
+            Conversation.objects.filter(pk=conversation.pk)
+            .values_list("current_branch", flat=True)
+            .get()
+        )
     run = AgentRun.objects.create(
         conversation=conversation,
+        branch=branch,
         agent_name=agent_name,
         input=text,
         # Chosen here, so the run's trace can be linked before its first span arrives.
@@ -60,9 +73,6 @@ def start_run(
         # starts, recovery takes the run over at once (the claim lets one copy proceed).
         process=heartbeat.owner() if settings.AGENTSITE_EXECUTOR == "inprocess" else "",
     )
-    # A run belongs to the branch the conversation is on as it starts: its session writes
-    # there, and the chat shows it with that branch.
-    place_run(run)
     run_id, conversation_id = run.pk, conversation.pk
     # After the caller's transaction commits (the chat view holds the conversation's lock),
     # or now when there is none: the INSERT above committed by itself.

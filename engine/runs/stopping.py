@@ -15,10 +15,10 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from agentsite.db.hops import db_hop
-from approvals.models import AgentRun, RunStatus
 from conversations.items import is_user_message, message_text, output_view, stopped_output
 from conversations.models import Conversation
 from engine import events
+from engine.models import AgentRun, RunStatus
 from tracing import recording
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from approvals.models import AgentRun, RunStatus
+from engine.models import AgentRun, RunStatus
 from engine.runs import final
 
 logger = logging.getLogger(__name__)

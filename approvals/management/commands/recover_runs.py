@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.models import ProcessKind
 from engine import executor, runs, sweeper
+from engine.models import ProcessKind
 
 
 class Command(BaseCommand):

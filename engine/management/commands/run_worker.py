@@ -43,8 +43,8 @@ from django_tasks_db.management.commands import db_worker
 from django_tasks_db.models import DBTaskResult
 
 from agentsite.db import hops
-from approvals.models import ProcessKind
 from engine import sweeper
+from engine.models import ProcessKind
 
 logger = db_worker.logger
 
