@@ -167,7 +167,12 @@ class InvalidDecision(DecisionRefused):
 
 
 class RateLimited(Exception):
-    """Too many messages from one person in a minute; the message says when to try again."""
+    """Too many messages from one person in a minute; the message says when to try again,
+    `retry_after` in how many seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class RunFailure(Exception):
@@ -280,7 +285,8 @@ def _check_message_rate(user: User) -> None:
         wait = max(1, math.ceil((recent[-1] + RATE_WINDOW - now).total_seconds()))
         raise RateLimited(
             f"You are sending messages too fast: at most {limit} a minute. "
-            f"Try again in {wait} second{'s' if wait != 1 else ''}."
+            f"Try again in {wait} second{'s' if wait != 1 else ''}.",
+            retry_after=wait,
         )
 
 
