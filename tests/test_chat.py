@@ -16,9 +16,9 @@ from django.db.backends import utils as db_utils
 from django.test import Client
 
 from approvals.models import AgentRun, ApprovalRequest, RunStatus
+from conversations.actions import BUSY_WAITING, BUSY_WORKING, UNREADABLE
 from conversations.models import Conversation, SessionItem
 from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
-from conversations.views import BUSY_WAITING, BUSY_WORKING, UNREADABLE
 from engine import runs
 from tests.factories import REVIEWER, make_conversation, make_user, user_message
 

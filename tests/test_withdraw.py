@@ -27,8 +27,8 @@ from approvals.models import (
     ApprovalStatus,
     RunStatus,
 )
+from conversations.actions import BUSY_WAITING, UNDO_WAITING, UNDO_WORKING
 from conversations.session import DjangoSession
-from conversations.views import BUSY_WAITING, UNDO_WAITING, UNDO_WORKING
 from engine import events, runs
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
