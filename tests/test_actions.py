@@ -8,12 +8,13 @@ import asyncio
 from typing import Any
 
 import pytest
+from cryptography.fernet import Fernet
 from django.http import Http404
 
 from approvals.models import AgentRun, RunStatus
 from conversations import actions
 from conversations.models import Branch, BusyWith, Conversation, SessionItem
-from conversations.session import DjangoSession
+from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
 from engine import runs
 from tests.factories import make_conversation, make_run, make_user, user_message
 from tests.test_architecture import import_graph, project_modules
@@ -96,6 +97,49 @@ def test_it_hands_the_next_message_to_an_agent_or_back_to_its_own(
     assert conversation.answering_agent == "support"
 
 
+# --- every action but rename, while the conversation is busy -------------------------------
+
+# Each action, and what it tells the person while the agent works, and while a request waits.
+WHILE_BUSY: dict[str, tuple[Any, str, str]] = {
+    "send": (
+        lambda c, user: actions.send(c, user, "and 42?"),
+        actions.BUSY_WORKING,
+        actions.BUSY_WAITING,
+    ),
+    "edit": (
+        lambda c, user: actions.edit(c, user, turn=1, text="hi", shown="main"),
+        actions.EDIT_BUSY,
+        actions.EDIT_WAITING,
+    ),
+    "switch": (lambda c, user: actions.switch_version(c, "main"), *[actions.SWITCH_BUSY] * 2),
+    "undo": (lambda c, user: actions.undo(c), actions.UNDO_WORKING, actions.UNDO_WAITING),
+    "clear": (lambda c, user: actions.clear(c), *[actions.CLEAR_BUSY] * 2),
+}
+
+
+@pytest.mark.parametrize("action", list(WHILE_BUSY))
+@pytest.mark.parametrize(
+    "status", [RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.WAITING]
+)
+def test_it_is_refused_while_the_conversation_is_busy_saying_why(
+    conversation: Conversation, alice: Any, action: str, status: str
+) -> None:
+    busy_with(conversation, status)
+    act, working, waiting = WHILE_BUSY[action]
+
+    with pytest.raises(actions.Busy) as refused:
+        act(conversation, alice)
+
+    is_waiting = status == RunStatus.WAITING
+    assert refused.value.waiting is is_waiting
+    assert refused.value.why == ("waiting" if is_waiting else "working")
+    assert str(refused.value) == (waiting if is_waiting else working)
+    # Nothing changed.
+    assert AgentRun.objects.count() == 1
+    assert SessionItem.objects.filter(branch="main").count() == SessionItem.objects.count() == 4
+    assert not Branch.objects.exists()
+
+
 # --- send -----------------------------------------------------------------------------------
 
 
@@ -107,28 +151,6 @@ def test_send_queues_a_run_on_the_text(
     assert run.status == RunStatus.QUEUED and run.input == "and order 42?"
     assert run.requested_by == alice and run.agent_name == "support"
     assert submitted == [("execute", run.pk)]
-
-
-@pytest.mark.parametrize(
-    ("status", "waiting", "sentence"),
-    [
-        (RunStatus.QUEUED, False, actions.BUSY_WORKING),
-        (RunStatus.RESUMING, False, actions.BUSY_WORKING),
-        (RunStatus.WAITING, True, actions.BUSY_WAITING),
-    ],
-)
-def test_send_is_refused_while_the_conversation_is_busy(
-    conversation: Conversation, alice: Any, status: str, waiting: bool, sentence: str
-) -> None:
-    busy_with(conversation, status)
-
-    with pytest.raises(actions.Busy) as refused:
-        actions.send(conversation, alice, "and order 42?")
-
-    assert refused.value.waiting is waiting
-    assert refused.value.why == ("waiting" if waiting else "working")
-    assert str(refused.value) == sentence
-    assert AgentRun.objects.count() == 1
 
 
 def test_send_is_refused_when_the_page_showed_another_version(
@@ -211,25 +233,6 @@ def test_edit_forks_at_the_message_and_sends_the_edited_text_there(
     assert user_texts(conversation) == ["where is order 44", "and 46?"]  # kept as it was
 
 
-@pytest.mark.parametrize(
-    ("status", "waiting", "sentence"),
-    [
-        (RunStatus.RUNNING, False, actions.EDIT_BUSY),
-        (RunStatus.WAITING, True, actions.EDIT_WAITING),
-    ],
-)
-def test_edit_is_refused_while_the_conversation_is_busy(
-    conversation: Conversation, alice: Any, status: str, waiting: bool, sentence: str
-) -> None:
-    busy_with(conversation, status)
-
-    with pytest.raises(actions.Busy) as refused:
-        actions.edit(conversation, alice, turn=1, text="hi", shown="main")
-
-    assert refused.value.waiting is waiting and str(refused.value) == sentence
-    assert not Branch.objects.exists()
-
-
 def test_edit_is_refused_when_the_page_showed_another_version(
     conversation: Conversation, alice: Any
 ) -> None:
@@ -296,19 +299,6 @@ def test_switching_to_a_version_that_has_no_messages_is_refused(
     assert conversation.current_branch == "main"
 
 
-@pytest.mark.parametrize("status", [RunStatus.RUNNING, RunStatus.WAITING])
-def test_switching_is_refused_while_the_conversation_is_busy(
-    conversation: Conversation, status: str
-) -> None:
-    busy_with(conversation, status)
-
-    with pytest.raises(actions.Busy) as refused:
-        actions.switch_version(conversation, "main")
-
-    assert str(refused.value) == actions.SWITCH_BUSY
-    assert refused.value.waiting is (status == RunStatus.WAITING)
-
-
 # --- undo, clear, rename --------------------------------------------------------------------
 
 
@@ -330,20 +320,20 @@ def test_undo_with_nothing_to_undo_removes_nothing(alice: Any) -> None:
     assert actions.undo(make_conversation(owner=alice)) == 0
 
 
-@pytest.mark.parametrize(
-    ("status", "sentence"),
-    [(RunStatus.RUNNING, actions.UNDO_WORKING), (RunStatus.WAITING, actions.UNDO_WAITING)],
-)
-def test_undo_is_refused_while_the_conversation_is_busy(
-    conversation: Conversation, status: str, sentence: str
-) -> None:
-    busy_with(conversation, status)
+def test_undo_never_removes_an_item_it_cannot_decrypt(alice: Any, settings: Any) -> None:
+    settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
+    conversation = make_conversation(owner=alice)
+    asyncio.run(open_session(conversation.session_id).add_items([user_message("first")]))
+    other_key = Fernet.generate_key().decode()
+    session = DjangoSession(conversation.session_id)
+    written_elsewhere = AuditedEncryptedSession(conversation.session_id, session, other_key)
+    asyncio.run(written_elsewhere.add_items([user_message("under another key")]))
 
-    with pytest.raises(actions.Busy) as refused:
+    with pytest.raises(actions.Unreadable) as refused:
         actions.undo(conversation)
 
-    assert str(refused.value) == sentence
-    assert SessionItem.objects.count() == 4
+    assert str(refused.value) == actions.UNREADABLE
+    assert SessionItem.objects.count() == 2
 
 
 def test_clear_empties_every_version_and_gives_the_conversation_back_to_its_agent(
@@ -358,16 +348,6 @@ def test_clear_empties_every_version_and_gives_the_conversation_back_to_its_agen
     assert not SessionItem.objects.exists()
     conversation.refresh_from_db()
     assert conversation.current_agent == ""
-
-
-def test_clear_is_refused_while_the_conversation_is_busy(conversation: Conversation) -> None:
-    busy_with(conversation, RunStatus.WAITING)
-
-    with pytest.raises(actions.Busy) as refused:
-        actions.clear(conversation)
-
-    assert refused.value.waiting and str(refused.value) == actions.CLEAR_BUSY
-    assert SessionItem.objects.count() == 4
 
 
 def test_busy_says_what_a_message_sent_now_would_be_told(conversation: Conversation) -> None:
