@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
+from django.db import transaction
 from django.http import Http404
 
 from approvals.models import AgentRun, RunStatus
@@ -76,11 +77,12 @@ def test_it_tells_why_a_conversation_is_busy(conversation: Conversation) -> None
 def test_it_locks_a_conversation_and_says_which_version_it_is_on(
     conversation: Conversation,
 ) -> None:
-    assert conversation.lock() == "main"
     gone = make_conversation()
     Conversation.objects.filter(pk=gone.pk).delete()
-    with pytest.raises(Conversation.DoesNotExist):
-        gone.lock()
+    with transaction.atomic():
+        assert conversation.lock() == "main"
+        with pytest.raises(Conversation.DoesNotExist):
+            gone.lock()
 
 
 def test_it_hands_the_next_message_to_an_agent_or_back_to_its_own(
