@@ -2,20 +2,18 @@
 
 Decisions go through `runs.decide`, as the inbox's do: the same permission, the same
 `seen_hash`, the same exactly-once rule and the same messages; each refusal maps to a status
-(see docs/api.md). Runs start through `runs.start_run`, as the chat's do, one at a time per
-conversation. Everything is JSON: what people or the model wrote is returned as data.
+(see docs/api.md). Runs start through `conversations.actions.send`, as the chat's do, one
+at a time per conversation. Everything is JSON: what people or the model wrote is returned as data.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import re
 from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
-from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Path, Query, Status
@@ -25,8 +23,8 @@ from api import schemas
 from api.auth import BearerToken, Caller, Forbidden, Unauthorized, require_scope
 from approvals import explain
 from approvals.models import FILTER_COLUMNS, ApprovalDecision, ApprovalRequest, ToolKind
+from conversations import actions
 from conversations.models import Conversation
-from conversations.views import BUSY_WAITING, BUSY_WORKING
 from engine import permissions, policies, registry, runs
 from engine.models import AgentRun
 
@@ -476,7 +474,12 @@ def list_conversations(request: HttpRequest, page: Query[PageQuery]) -> dict[str
     return {"items": items, "next_cursor": next_cursor}
 
 
-RETRY_AFTER = re.compile(r"Try again in (\d+) second")
+# What each refusal of a message is, over HTTP (a rate limit: 429 with Retry-After).
+SEND_REFUSALS: dict[type[actions.Refusal], tuple[int, str]] = {
+    actions.Busy: (409, "busy"),
+    actions.InvalidMessage: (422, "invalid"),  # empty (after trimming) or too long
+    actions.AgentGone: (409, "agent_gone"),
+}
 
 
 @api.post(
@@ -494,32 +497,13 @@ def start_run(
     require_scope(caller)
     conversation = _get_conversation_for_user(caller.user, session_id)
     try:
-        with transaction.atomic():
-            # As the chat's send: a second message queues on this lock and sees the first run.
-            list(
-                Conversation.objects.select_for_update()
-                .filter(pk=conversation.pk)
-                .values_list("pk", flat=True)
-            )
-            busy = AgentRun.objects.filter(conversation=conversation).busy()
-            status = busy.values_list("status", flat=True).first()
-            if status is not None:
-                waiting = status == "waiting"
-                raise ApiError(409, BUSY_WAITING if waiting else BUSY_WORKING, "busy")
-            run = runs.start_run(conversation, body.text, caller.user)
-    except runs.RateLimited as limit:
+        run = actions.send(conversation, caller.user, body.text)
+    except actions.RateLimited as limit:
         response = _error(request, 429, str(limit), "rate_limited")
-        wait = RETRY_AFTER.search(str(limit))
-        response["Retry-After"] = wait.group(1) if wait else "60"
+        response["Retry-After"] = str(limit.retry_after)
         return response
-    except ValueError as error:  # empty (after trimming) or too long
-        raise ApiError(422, str(error), "invalid") from None
-    except registry.UnknownAgent:
-        raise ApiError(
-            409,
-            f"The agent of this conversation ({conversation.agent_name}) is no longer "
-            "available. Start a new conversation.",
-            "agent_gone",
-        ) from None
+    except actions.Refusal as refusal:
+        status, code = SEND_REFUSALS.get(type(refusal), (409, "refused"))
+        raise ApiError(status, str(refusal), code) from None
     run.conversation = conversation
     return Status(202, _run(run))

@@ -14,10 +14,12 @@ reserve the ids ever used (a deleted branch's id is never used again, as in the 
 from __future__ import annotations
 
 import secrets
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from agentsite.db.faithful import FaithfulJSONField
 from conversations.items import structure
@@ -37,6 +39,17 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
     def started_since(self, user: Any, since: Any) -> ConversationQuerySet:
         """The conversations `user` opened from `since` on: what the rate limit counts."""
         return self.filter(owner=user, created__gte=since)
+
+
+class BusyWith(StrEnum):
+    """Why a conversation takes no message now (a conversation takes one at a time); the
+    chat's composer is told which, and takes its refusal away once it is no longer so."""
+
+    # Its agent is answering: a run of it is queued, running or resuming.
+    WORKING = "working"
+    # A request of its last run waits for a reviewer: that run's status reads the same
+    # (`RunStatus.WAITING`; engine.models imports this module, so not from there).
+    WAITING = "waiting"
 
 
 class Conversation(models.Model):
@@ -79,6 +92,73 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or self.session_id
+
+    def lock(self) -> str:
+        """Lock the conversation's row for the rest of the transaction (sends, edits and
+        version switches of one conversation queue on it) and return the version it is on
+        now.
+
+        Raises:
+            Conversation.DoesNotExist: it was deleted a moment ago.
+        """
+        current = (
+            Conversation.objects.select_for_update()
+            .filter(pk=self.pk)
+            .values_list("current_branch", flat=True)
+            .first()
+        )
+        if current is None:
+            raise Conversation.DoesNotExist("No conversation found.")
+        return current
+
+    def busy_with(self) -> BusyWith | None:
+        """None when it takes a message now; else whether its agent is working or a request
+        of it waits for a reviewer."""
+        status = self.runs.busy().values_list("status", flat=True).first()
+        if status is None:
+            return None
+        return BusyWith.WAITING if status == BusyWith.WAITING else BusyWith.WORKING
+
+    @property
+    def answering_agent(self) -> str:
+        """Who answers the next message as far as the conversation knows: the agent that
+        answered last, else its own ("": the site's default). The engine also checks that
+        the name can still be reached."""
+        return self.current_agent or self.agent_name
+
+    def hand_to(self, agent_name: str | None) -> None:
+        """`agent_name` answers the next message (None: the conversation's own agent)."""
+        current = "" if agent_name in (None, self.agent_name) else agent_name
+        Conversation.objects.filter(pk=self.pk).update(current_agent=current)
+        self.current_agent = current
+
+    def hand_back(self, taken_back: str) -> None:
+        """A user message was taken back (undone, or edited into a new version): the agent
+        it was sent to answers next, the one its turn (the newest run on that text) started
+        with. Unchanged when no run has that text."""
+        started = (
+            self.runs.filter(input=taken_back.strip())
+            .order_by("-created", "-pk")
+            .values_list("agent_name", flat=True)
+            .first()
+        )
+        if started is not None:
+            self.hand_to(started)
+
+    def version_agent(self, branch: str) -> str | None:
+        """The agent that started the latest turn of the version `branch` (None: no run of
+        it yet): who answers that version's next message."""
+        return (
+            self.runs.on_branch(branch)
+            .order_by("-created", "-pk")
+            .values_list("agent_name", flat=True)
+            .first()
+        )
+
+    def touch(self) -> None:
+        """Its last activity, the list's order, is now (the session sets it on its own writes
+        only)."""
+        Conversation.objects.filter(pk=self.pk).update(updated=timezone.now())
 
 
 class SessionItem(models.Model):

@@ -507,7 +507,7 @@ def display_title(
 def answering(conversation: Conversation) -> str:
     """Who answers the conversation's next message: the agent that answered last (a handoff
     target once there was a handoff), by its own name."""
-    name = conversation.current_agent or conversation.agent_name
+    name = conversation.answering_agent
     return registry.display_name(name) if name else ""
 
 

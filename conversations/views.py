@@ -19,9 +19,9 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import BadRequest, RequestDataTooBig
 from django.core.paginator import Paginator
-from django.db import DatabaseError, models, transaction
+from django.db import DatabaseError, models
 from django.db.models import Exists, OuterRef, Subquery
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import get_template, render_to_string
@@ -35,7 +35,7 @@ from agentsite.db import pool
 from approvals.models import ApprovalRequest
 from common import formatting
 from common.http import HtmxHttpRequest
-from conversations import feedback
+from conversations import actions, feedback
 from conversations.forms import (
     EditForm,
     FeedbackForm,
@@ -44,7 +44,7 @@ from conversations.forms import (
     RenameForm,
     SwitchForm,
 )
-from conversations.items import is_user_message, message_text
+from conversations.items import is_user_message
 from conversations.models import Branch, Conversation, SessionItem, branch_label
 from conversations.rendering import (
     HISTORY_ITEMS_SHOWN,
@@ -57,32 +57,11 @@ from conversations.rendering import (
     latest_run,
     shows_calls,
 )
-from conversations.session import (
-    MAX_TURN,
-    UnreadableSessionItem,
-    branching,
-    fork,
-    open_session,
-    switch,
-)
-from engine import events, registry, runs
+from conversations.session import open_session
+from engine import registry, runs
 from engine.models import AgentRun, RunStatus
 from engine.permissions import is_reviewer
 
-BUSY_WORKING = "The agent is still answering your last message. Send this one when it has replied."
-BUSY_WAITING = (
-    "Your last request is waiting for a reviewer's approval. You can send this message "
-    "once it has been decided, or once you have withdrawn the request."
-)
-# Undo refused, by what the conversation is busy with: each says what applies to undoing.
-UNDO_WORKING = (
-    "The agent is still answering your last message: you can undo it once the reply has "
-    "finished, or stop the reply first."
-)
-UNDO_WAITING = (
-    "Your last message waits for a reviewer's approval, so it can't be undone yet: withdraw "
-    "the request first (the agent then answers without it), or wait until it is decided."
-)
 CONVERSATIONS_PER_PAGE = 50
 # What the list says about a conversation whose latest run is not simply done.
 LIST_STATES: dict[str, str] = {
@@ -151,42 +130,6 @@ def _history(conversation: Conversation, editing: _Editing | None = None) -> His
 
 def _display_title(conversation: Conversation, history: History | None = None) -> str:
     return history.title if history is not None else display_title(conversation)
-
-
-def _busy_message(conversation: Conversation, *, undo: bool = False) -> str | None:
-    # A conversation takes one message at a time: its agent is working or waits for a reviewer.
-    busy = AgentRun.objects.filter(conversation=conversation).busy()
-    status = busy.values_list("status", flat=True).first()
-    if status is None:
-        return None
-    if undo:
-        return UNDO_WAITING if status == RunStatus.WAITING else UNDO_WORKING
-    return BUSY_WAITING if status == RunStatus.WAITING else BUSY_WORKING
-
-
-def _rewind_agent(conversation: Conversation, undone: str) -> None:
-    """After an undo, the agent that answered before the undone message answers the next one:
-    the agent its turn (the newest run on that text) started with."""
-    started = (
-        AgentRun.objects.filter(conversation=conversation, input=undone.strip())
-        .order_by("-created", "-pk")
-        .values_list("agent_name", flat=True)
-        .first()
-    )
-    if started is not None:
-        _answers_next(conversation, started)
-
-
-def _answers_next(conversation: Conversation, agent_name: str | None) -> None:
-    """`agent_name` answers the conversation's next message (None: its own agent)."""
-    current = "" if agent_name in (None, conversation.agent_name) else agent_name
-    Conversation.objects.filter(pk=conversation.pk).update(current_agent=current)
-    conversation.current_agent = current
-
-
-def _touch(conversation: Conversation) -> None:
-    # "Last activity" in the list; the session bumps it on its own writes only.
-    Conversation.objects.filter(pk=conversation.pk).update(updated=timezone.now())
 
 
 def _chat_page(
@@ -335,29 +278,6 @@ def chat_history(request: HttpRequest, session_id: str) -> HttpResponse:
     return HttpResponse(messages_html + header)
 
 
-class _Busy(Exception):
-    pass
-
-
-def _lock(conversation: Conversation) -> str:
-    """Lock the conversation's row for the rest of the transaction (sends, edits and version
-    switches of one conversation queue on it) and return the version it is on now. A
-    conversation deleted a moment ago is a 404."""
-    current = (
-        Conversation.objects.select_for_update()
-        .filter(pk=conversation.pk)
-        .values_list("current_branch", flat=True)
-        .first()
-    )
-    if current is None:
-        raise Http404("No conversation found.")
-    return current
-
-
-class _Moved(Exception):
-    """The page sent from showed another version of the conversation than the current one."""
-
-
 _View = Callable[..., HttpResponse]
 TOO_LONG = f"The message is too long (at most {runs.MAX_INPUT_CHARS} characters)."
 
@@ -453,37 +373,21 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         form.add_error("text", SEND_NO_SUCH_VERSION)
     if valid:
         try:
-            with transaction.atomic():
-                # Two quick sends of one conversation queue on this lock, so the second sees
-                # the run of the first and is refused: a double click starts one run.
-                current = _lock(conversation)
-                busy = _busy_message(conversation)
-                if busy:
-                    raise _Busy(busy)
-                shown = form.cleaned_data["branch"]
-                if shown and shown != current:
-                    raise _Moved(SEND_MOVED)
-                runs.start_run(
-                    conversation, form.cleaned_data["text"], request.user, branch=current
-                )
-        except _Moved as refusal:
-            form.add_error("text", str(refusal))
-            status, moved = 409, True
-        except _Busy as refusal:
-            form.add_error("text", str(refusal))
-            # The page takes this error away once the run is no longer so (chat.js).
-            busy_with = "waiting" if str(refusal) == BUSY_WAITING else "working"
-        except runs.RateLimited as limit:
-            form.add_error("text", str(limit))
-            status = 429
-        except ValueError as error:  # empty or too long
-            form.add_error("text", str(error))
-        except registry.UnknownAgent:
-            form.add_error(
-                "text",
-                f"The agent of this conversation ({conversation.agent_name}) is no longer "
-                "available. Start a new conversation.",
+            actions.send(
+                conversation,
+                request.user,
+                form.cleaned_data["text"],
+                shown=form.cleaned_data["branch"],
             )
+        except actions.Refusal as refusal:
+            form.add_error("text", str(refusal))
+            if isinstance(refusal, actions.VersionMoved):
+                status, moved = 409, True
+            elif isinstance(refusal, actions.Busy):
+                # The page takes this error away once the run is no longer so (chat.js).
+                busy_with = refusal.why.value
+            elif isinstance(refusal, actions.RateLimited):
+                status = 429
     if form.errors:
         refused = _refused(request, conversation, form, status=status, busy=busy_with)
         if moved and request.htmx:
@@ -516,54 +420,16 @@ def _refused(
     return _chat_page(request, conversation, form=form, status=status, busy=busy)
 
 
-async def _undo_last_exchange(session: Any) -> list[Any]:
-    """Pop items until the last user message is gone; the items removed, newest first.
-
-    An item that cannot be decrypted is never removed: the items popped before it are put
-    back (they were all newer than it, so the order is unchanged) and the error is raised.
-    """
-    items = await session.get_items()
-    if not any(is_user_message(item) for item in items):
-        return []
-    popped: list[Any] = []
-    try:
-        while True:
-            item = await session.pop_item()
-            if item is None:
-                break
-            popped.append(item)
-            if is_user_message(item):
-                break
-    except UnreadableSessionItem:
-        if popped:
-            await session.add_items(list(reversed(popped)))
-        raise
-    return popped
-
-
-UNREADABLE = (
-    "Part of this conversation can't be decrypted with the site's current key, so it was left "
-    "exactly as it is. Nothing was removed."
-)
-
-
 @login_required
 @require_POST
 def chat_undo(request: HttpRequest, session_id: str) -> HttpResponse:
     conversation = _get_conversation_for_user(request, session_id)
-    busy = _busy_message(conversation, undo=True)
-    if busy:
-        messages.error(request, busy)
-        return redirect("chat", session_id=session_id)
     try:
-        removed = async_to_sync(_undo_last_exchange)(open_session(conversation.session_id))
-    except UnreadableSessionItem:
-        messages.error(request, UNREADABLE)
+        removed = actions.undo(conversation)
+    except actions.Refusal as refusal:
+        messages.error(request, str(refusal))
         return redirect("chat", session_id=session_id)
     if removed:
-        _touch(conversation)
-        _rewind_agent(conversation, message_text(removed[-1]))
-        events.changed_on_commit(conversation.pk)
         messages.success(request, "Your last message and its reply were removed.")
     else:
         messages.info(request, "There is nothing to undo.")
@@ -575,21 +441,19 @@ def chat_undo(request: HttpRequest, session_id: str) -> HttpResponse:
 def chat_clear(request: HttpRequest, session_id: str) -> HttpResponse:
     """GET asks for confirmation; POST empties the conversation (it keeps its title)."""
     conversation = _get_conversation_for_user(request, session_id)
-    busy = _busy_message(conversation)
     if request.method == "GET":
-        return render(
-            request,
-            "conversations/clear.html",
-            {"conversation": conversation, "title": _display_title(conversation), "busy": busy},
-        )
-    if busy:
-        messages.error(request, "You can clear the conversation once the agent has finished.")
+        busy = actions.busy(conversation)
+        context = {
+            "conversation": conversation,
+            "title": _display_title(conversation),
+            "busy": str(busy) if busy is not None else None,
+        }
+        return render(request, "conversations/clear.html", context)
+    try:
+        actions.clear(conversation)
+    except actions.Busy as refusal:
+        messages.error(request, str(refusal))
         return redirect("chat", session_id=session_id)
-    async_to_sync(open_session(conversation.session_id).clear_session)()
-    _touch(conversation)
-    # Nobody has answered any more: the conversation's own agent answers next.
-    Conversation.objects.filter(pk=conversation.pk).update(current_agent="")
-    events.changed_on_commit(conversation.pk)
     messages.success(request, "The conversation was cleared.")
     return redirect("chat", session_id=session_id)
 
@@ -601,35 +465,19 @@ def chat_rename(request: HttpRequest, session_id: str) -> HttpResponse:
     form = RenameForm(request.POST)
     if not form.is_valid():
         return _chat_page(request, conversation, rename_form=form, status=400)
-    conversation.title = " ".join(form.cleaned_data["title"].split())
-    # Renaming is not activity: the list keeps its order.
-    conversation.save(update_fields=["title"])
-    messages.success(request, "Renamed." if conversation.title else "The title was removed.")
+    title = actions.rename(conversation, form.cleaned_data["title"])
+    messages.success(request, "Renamed." if title else "The title was removed.")
     return redirect("chat", session_id=session_id)
 
 
 # --- versions: edit an earlier message, switch between versions ---------------------------
 
-EDIT_BUSY = "The agent is still answering: you can edit a message once it has replied."
-EDIT_WAITING = (
-    "Your last request waits for a reviewer's approval: withdraw it, or wait until it is "
-    "decided, to edit a message."
-)
-EDIT_MOVED = (
-    "This conversation was switched to another version meanwhile (in another window?): here "
-    "it is now. Edit the message again if you still want to."
-)
-SEND_MOVED = (
-    "This conversation was switched to another version meanwhile (in another window?), so "
-    "your message was not sent: here is that version now. Send it again if you still want to."
-)
 SEND_NO_SUCH_VERSION = (
     "This message names no version of this conversation, so it was not sent. Reload the page "
     "and send it again."
 )
-NO_SUCH_TURN = "There is no message {turn} in this version of the conversation to edit."
-SWITCH_BUSY = "You can switch versions once the agent has finished."
-NO_SUCH_BRANCH = "That version of the conversation has no messages any more."
+# What each refusal of an edit answers a plain form with (any other: 400).
+EDIT_STATUS: dict[type[actions.Refusal], int] = {actions.Busy: 409, actions.RateLimited: 429}
 
 
 def _edit_too_big(request: HtmxHttpRequest, conversation: Conversation, turn: int) -> HttpResponse:
@@ -660,70 +508,22 @@ def chat_edit(request: HtmxHttpRequest, session_id: str, turn: int) -> HttpRespo
     form = EditForm(request.POST)
     if not form.is_valid():
         raise BadRequest("An edit names the version of the conversation it was made in.")
-    text, shown_branch = form.cleaned_data["text"], form.cleaned_data["branch"]
-    editing = _Editing(turn, text, "")
-    status = 400
+    text = form.cleaned_data["text"]
     try:
-        with transaction.atomic():
-            # As chat_send: a second edit or a send queues on this lock and finds it busy.
-            current = _lock(conversation)
-            busy = _busy_message(conversation)
-            if busy:
-                status = 409
-                raise _Busy(EDIT_WAITING if busy == BUSY_WAITING else EDIT_BUSY)
-            if current != shown_branch:
-                messages.info(request, EDIT_MOVED)
-                return redirect("chat", session_id=session_id)
-            conversation.current_branch = current
-            original = _turn_message(conversation, turn)
-            if original is None:
-                raise ValueError(NO_SUCH_TURN.format(turn=turn))
-            branch = Branch.objects.next_edit_id(conversation.pk)
-            fork(conversation, turn, branch)
-            conversation.current_branch = branch
-            # As after an undo back to that message: the agent it was sent to answers.
-            _rewind_agent(conversation, original)
-            runs.start_run(conversation, text, request.user, branch=branch)
-            events.changed_on_commit(conversation.pk)
-    except _Busy as refusal:
-        editing.error = str(refusal)
-    except runs.RateLimited as limit:
-        editing.error, status = str(limit), 429
-    except ValueError as error:  # empty or too long, no such message
-        editing.error = str(error)
-    except registry.UnknownAgent:
-        editing.error = (
-            f"The agent of this conversation ({conversation.agent_name}) is no longer "
-            "available. Start a new conversation."
+        actions.edit(
+            conversation, request.user, turn=turn, text=text, shown=form.cleaned_data["branch"]
         )
-    if editing.error:
+    except actions.VersionMoved as moved:
+        messages.info(request, str(moved))
+        return redirect("chat", session_id=session_id)
+    except actions.Refusal as refusal:
+        editing = _Editing(turn, text, str(refusal))
+        status = EDIT_STATUS.get(type(refusal), 400)
         return _edit_refused(request, conversation, editing, status=status)
     url = reverse("chat", args=[session_id]) + "#composer"
     if request.htmx:
         return HttpResponseClientRedirect(url)
     return redirect(url)
-
-
-def _turn_message(conversation: Conversation, turn: int) -> str | None:
-    """The text of the user message that starts `turn` on the conversation's branch, read
-    through its session (decrypted when it is encrypted); None when there is none."""
-    session = open_session(conversation.session_id)
-    branches = branching(session)
-    payload = (
-        SessionItem.objects.filter(
-            conversation=conversation,
-            branch=conversation.current_branch,
-            turn=turn,
-            message_type="user",
-        )
-        .values_list("payload", flat=True)
-        .first()
-        if 0 < turn <= MAX_TURN
-        else None
-    )
-    if payload is None:
-        return None
-    return message_text(branches._read_content(payload))
 
 
 @login_required
@@ -736,26 +536,11 @@ def chat_branch(request: HttpRequest, session_id: str) -> HttpResponse:
     if not form.is_valid():
         raise BadRequest("Choose a version of the conversation.")
     branch = form.cleaned_data["branch"]
-    with transaction.atomic():
-        _lock(conversation)
-        if _busy_message(conversation):
-            messages.error(request, SWITCH_BUSY)
-            return redirect("chat", session_id=session_id)
-        try:
-            switch(conversation, branch)
-        except ValueError:
-            messages.error(request, NO_SUCH_BRANCH)
-            return redirect("chat", session_id=session_id)
-        # The agent that started that version's latest turn answers its next one.
-        started = (
-            AgentRun.objects.filter(conversation=conversation)
-            .on_branch(branch)
-            .order_by("-created", "-pk")
-            .values_list("agent_name", flat=True)
-            .first()
-        )
-        _answers_next(conversation, started)
-        events.changed_on_commit(conversation.pk)
+    try:
+        actions.switch_version(conversation, branch)
+    except actions.Refusal as refusal:
+        messages.error(request, str(refusal))
+        return redirect("chat", session_id=session_id)
     messages.success(request, f"Now showing: {branch_label(branch)}.")
     return redirect("chat", session_id=session_id)
 

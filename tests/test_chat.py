@@ -16,9 +16,9 @@ from django.db.backends import utils as db_utils
 from django.test import Client
 
 from approvals.models import ApprovalRequest
+from conversations.actions import BUSY_WAITING, BUSY_WORKING, UNREADABLE
 from conversations.models import Conversation, SessionItem
 from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
-from conversations.views import BUSY_WAITING, BUSY_WORKING, UNREADABLE
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from engine.runs import rows

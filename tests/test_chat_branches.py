@@ -13,17 +13,11 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
+from conversations.actions import EDIT_BUSY, EDIT_MOVED, EDIT_WAITING, SEND_MOVED
 from conversations.consumers import _render_run
 from conversations.models import Branch, Conversation, SessionItem, TurnUsage
 from conversations.session import DjangoSession, open_session
-from conversations.views import (
-    EDIT_BUSY,
-    EDIT_MOVED,
-    EDIT_WAITING,
-    SEND_MOVED,
-    SEND_NO_SUCH_VERSION,
-    TOO_LONG,
-)
+from conversations.views import SEND_NO_SUCH_VERSION, TOO_LONG
 from engine import events, runs
 from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_user

@@ -21,8 +21,8 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
+from conversations.actions import BUSY_WAITING, UNDO_WAITING, UNDO_WORKING
 from conversations.session import DjangoSession
-from conversations.views import BUSY_WAITING, UNDO_WAITING, UNDO_WORKING
 from engine import events, runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted

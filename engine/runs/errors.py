@@ -53,7 +53,12 @@ class InvalidDecision(DecisionRefused):
 
 
 class RateLimited(Exception):
-    """Too many messages from one person in a minute; the message says when to try again."""
+    """Too many messages from one person in a minute; the message says when to try again,
+    `retry_after` in how many seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class RunFailure(Exception):

@@ -132,5 +132,6 @@ def _check_message_rate(user: User) -> None:
         wait = max(1, math.ceil((recent[-1] + RATE_WINDOW - now).total_seconds()))
         raise errors.RateLimited(
             f"You are sending messages too fast: at most {limit} a minute. "
-            f"Try again in {wait} second{'s' if wait != 1 else ''}."
+            f"Try again in {wait} second{'s' if wait != 1 else ''}.",
+            retry_after=wait,
         )
