@@ -373,7 +373,7 @@ def test_it_filters_by_user_outcome_tool_span_text_and_feedback(client: Client, 
 def test_paging_links_and_the_export_keep_the_filters(
     client: Client, olga: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tracing.views.PAGE_SIZE", 2)
+    monkeypatch.setattr("tracing.list_views.PAGE_SIZE", 2)
     for _ in range(5):
         traced_run(TraceOutcome.REJECTED, tools=("cancel_order",))
     traced_run(TraceOutcome.COMPLETED, tools=("cancel_order",))

@@ -19,10 +19,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from tracing import pricing
+from tracing.access import trace_viewer_required
 from tracing.forms import CostRangeForm
 from tracing.models import Span
 from tracing.pricing import Cost, PriceBook
-from tracing.views import trace_viewer_required
 
 TOP_USERS = 20
 

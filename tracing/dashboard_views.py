@@ -28,10 +28,10 @@ from django.views.decorators.http import require_GET
 from common import formatting
 from engine import registry
 from tracing import charts, dashboard
+from tracing.access import trace_viewer_required
 from tracing.dashboard import Window
 from tracing.models import TraceOutcome
 from tracing.pricing import Cost, PriceBook, add_price_url, money
-from tracing.views import trace_viewer_required
 
 DEFAULT_DAYS = 7
 

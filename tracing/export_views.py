@@ -29,10 +29,11 @@ from django.views.decorators.http import require_GET
 from agentsite.db.hops import db_hop
 from approvals.models import ApprovalDecision
 from tracing import pricing, redaction
+from tracing.access import trace_viewer_required
 from tracing.forms import TraceExportForm
+from tracing.list_views import TraceListRow, with_runs
 from tracing.models import Feedback, Span, Trace
 from tracing.pricing import Cost, PriceBook
-from tracing.views import TraceListRow, trace_viewer_required, with_runs
 
 EXPORT_LIMIT = 10_000
 CHUNK = 200
@@ -42,7 +43,7 @@ _RUN_UNREAD = ("state", "streamed_text", "usage", "error", "error_detail")
 
 
 def exported_traces(filters: Q) -> QuerySet[Trace]:
-    """The list's traces and filter (`views.listed_traces`), with the runs' replies, newest
+    """The list's traces and filter (`list_views.listed_traces`), with the runs' replies, newest
     first."""
     traces = Trace.objects.filter(started_at__isnull=False).filter(filters)
     return with_runs(traces, _RUN_UNREAD).order_by("-started_at", "-pk")

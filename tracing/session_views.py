@@ -4,7 +4,7 @@ cost, active and waiting time, outcome, the end user's feedback), totals at the 
 conversation its owner edited, each turn's version and turn on it with the tokens its
 session stored for that turn, and the versions' totals.
 
-Access is the trace viewer's (`views.trace_viewer_required`). A page reads a fixed number of
+Access is the trace viewer's (`access.trace_viewer_required`). A page reads a fixed number of
 queries whatever the number of turns: the runs, their traces, requests, decisions, tool
 spans, usage and feedback are each one query for the whole conversation. What people and
 models wrote is masked (`redaction.clean`) and escaped by the templates.
@@ -42,6 +42,7 @@ from conversations.models import (
     run_branch,
 )
 from tracing import pricing, redaction
+from tracing.access import trace_viewer_required
 from tracing.forms import CursorField, make_cursor
 from tracing.models import (
     STATUS_OUTCOME,
@@ -52,7 +53,6 @@ from tracing.models import (
     TraceOutcome,
     trace_status,
 )
-from tracing.views import trace_viewer_required
 
 PAGE_SIZE = 50
 # An operator reads a turn's text here; the trace holds all of it.
