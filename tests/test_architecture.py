@@ -144,6 +144,7 @@ STORAGE = (
     "tracing.otlp",
     "tracing.recording",
     "tracing.redaction",
+    "tracing.rows",
 )
 
 

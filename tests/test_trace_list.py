@@ -96,7 +96,7 @@ def traced_run(
                 model,
                 parent=task,
                 model=model,
-                # As the exporter copies it from the trace (`exporter.trace_agent`).
+                # As the exporter copies it from the trace (`rows.trace_agent`).
                 agent=trace.metadata.get("agent", ""),
                 input_tokens=usage[0],
                 cached_tokens=usage[1],

@@ -55,7 +55,7 @@ class CostLine:
 def spans_of_range(form: CostRangeForm) -> QuerySet[Span]:
     """The spans started in the form's days, with each one's user."""
     start, end = form.bounds
-    # A model call's agent is on its span (`exporter.trace_agent`: the run's agent, else the
+    # A model call's agent is on its span (`rows.trace_agent`: the run's agent, else the
     # trace's workflow name).
     return Span.objects.filter(started_at__gte=start, started_at__lt=end).annotate(
         user=Coalesce(

@@ -5,7 +5,7 @@ One converter serves both ways out: the trace viewer's `/traces/<id>.otlp.json` 
 rows, `otlp_views`) and the forwarding exporter (`exporter.OtlpExporter`: the SDK's items,
 read and masked by the database exporter's own code, so nothing unmasked leaves the site). It
 reads anything shaped like a `Span` row (`SpanLike`: the model, or the exporter's
-`SpanInsert`), and writes an `ExportTraceServiceRequest` as the OTLP/JSON encoding has it:
+`rows.SpanInsert`), and writes an `ExportTraceServiceRequest` as the OTLP/JSON encoding has it:
 ids in lowercase hex, times in nanoseconds as strings, 64-bit integers as strings, enums as
 numbers.
 
@@ -63,7 +63,7 @@ _SDK_SPAN_ID = re.compile(r"^span_([0-9a-f]{16})[0-9a-f]*$")
 
 class SpanLike(Protocol):
     """What the converter reads of a span: a `tracing.models.Span` or an exporter's
-    `SpanInsert` (masked, as stored)."""
+    `rows.SpanInsert` (masked, as stored)."""
 
     @property
     def span_id(self) -> str: ...
