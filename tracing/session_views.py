@@ -256,7 +256,7 @@ class Facts:
     """What a conversation's turns show beside their runs, each read in one query for the
     whole conversation."""
 
-    usage: dict[int, TurnUsage]  # by run
+    usage: dict[int | None, TurnUsage]  # by run
     traces: dict[str, Trace]  # by trace id
     requests: dict[int, list[ApprovalRequest]]  # by run, oldest first
     decisions: dict[int, ApprovalDecision]  # by request: its first decision
