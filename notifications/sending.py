@@ -9,8 +9,8 @@ result (a connection only for that write). Refused or unreachable: retried after
 wait, up to AGENTSITE_EMAIL_MAX_ATTEMPTS, then failed. A row whose request was decided in the
 meantime, or whose recipient may no longer decide, is skipped, not sent.
 
-Who calls it, as for webhooks (`webhooks/delivery.py`, whose shape this mirrors: its timer
-and claims are webhook-specific, so they are not imported): in the "inprocess" executor mode,
+Who calls it, as for webhooks (`webhooks/delivery.py`; the waits, the lease and the timer
+are `common/outbound.py`'s, the claims each app's own): in the "inprocess" executor mode,
 a timer on the web server's loop (woken when a notification is committed or falls due, and
 every AGENTSITE_EMAIL_POLL_SECONDS); in the "tasks" mode, a task
 (`notifications.tasks.send_notifications`) enqueued in the transaction that writes the rows,
@@ -19,14 +19,11 @@ at their time; anywhere, `manage.py send_notifications` (cron).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives, mailers
@@ -35,7 +32,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals import explain
-from common import outbox
+from common import outbound
 from engine.permissions import is_reviewer
 from notifications import mail
 from notifications.models import Notification, NotificationStatus
@@ -50,15 +47,7 @@ ERROR_CHARS = 500
 def lease() -> timedelta:
     """How long a claimed row is this process's: past it, another may claim it again (it died
     while sending). Beyond a round's SMTP time: each of its emails may take the timeout."""
-    return timedelta(seconds=BATCH * settings.EMAIL_SEND_TIMEOUT + 60)
-
-
-def backoff(attempts: int) -> timedelta:
-    """The wait after `attempts` failed attempts: the AGENTSITE_EMAIL_BACKOFF_SECONDS step
-    (the last repeats), ±20 %."""
-    steps = settings.AGENTSITE_EMAIL_BACKOFF_SECONDS
-    step = steps[min(attempts, len(steps)) - 1] if steps else 60.0
-    return timedelta(seconds=step * random.uniform(0.8, 1.2))
+    return outbound.lease(settings.EMAIL_SEND_TIMEOUT, waits=BATCH, margin=60)
 
 
 @dataclass
@@ -201,12 +190,11 @@ def record(email: Email, error: str) -> datetime | None:
             kept = mine.filter(pk__in=email.rows).update(
                 status=NotificationStatus.SENT, sent_at=now, last_error=""
             )
-        elif email.attempts >= settings.AGENTSITE_EMAIL_MAX_ATTEMPTS:
+        elif (retry_at := _retry_at(email, now)) is None:
             kept = mine.filter(pk__in=email.rows).update(
                 status=NotificationStatus.FAILED, last_error=error
             )
         else:
-            retry_at = now + backoff(email.attempts)
             kept = mine.filter(pk__in=email.rows).update(
                 status=NotificationStatus.PENDING, due_at=retry_at, last_error=error
             )
@@ -222,6 +210,15 @@ def record(email: Email, error: str) -> datetime | None:
     else:
         logger.info("The %r failed (%s); retried at %s.", email, error, retry_at.isoformat())
     return retry_at
+
+
+def _retry_at(email: Email, now: datetime) -> datetime | None:
+    return outbound.retry_at(
+        email.attempts,
+        most=settings.AGENTSITE_EMAIL_MAX_ATTEMPTS,
+        steps=settings.AGENTSITE_EMAIL_BACKOFF_SECONDS,
+        now=now,
+    )
 
 
 def send_due(limit: int = BATCH) -> int:
@@ -242,7 +239,7 @@ def send_due(limit: int = BATCH) -> int:
     for email in batch:
         if email.message is None:
             record(email, "")
-    outbox.release_connection()  # before talking to the mail server
+    outbound.release_connection()  # before talking to the mail server
     for email, error in deliver(batch):
         record(email, error)
     return len(rows)
@@ -260,41 +257,20 @@ def send_all_due(*, rounds: int = 1000) -> int:
     return claimed
 
 
-# --- who is told to send (common/outbox.py) ----------------------------------------------
+# --- who is told to send (common/outbound.py) ------------------------------------------------
 
-_sender = outbox.Sender(
+_sender = outbound.OutboxSender(
     label="Notifications",
     round=lambda: send_all_due(),
     poll_setting="AGENTSITE_EMAIL_POLL_SECONDS",
     thread_name="agentsite-email",
 )
-Enqueue = outbox.Enqueue
-
-
-def configure(*, enqueue: Enqueue) -> None:
-    """The task enqueuer for the "tasks" mode (once, at startup: `notifications.apps`)."""
-    _sender.configure(enqueue=enqueue)
-
-
-def announce(at: datetime | None = None) -> None:
-    """Rows written in the current transaction are due at `at` (None: now): have them sent,
-    by a task enqueued in this very transaction ("tasks") or by this process's timer, woken
-    for that time once it commits ("inprocess"). A row nobody was told of is still sent by
-    the next timer tick or `send_notifications`."""
-    _sender.announce(at)
-
-
-def start_timer(loop: asyncio.AbstractEventLoop) -> Any:
-    """Send on `loop`'s timer (the "inprocess" mode's web server); None when it already does,
-    when workers send ("tasks") or when polling is off."""
-    return _sender.start_timer(loop)
-
-
-def on_server_loop(sender: Any, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
-    _sender.start_timer(loop)
-
-
-def stop_timer(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
-    """Stop sending on `loop`'s timer (tests; a server's loop ends with its process). Call it
-    on `loop`; returns the cancelled task, to await."""
-    return _sender.stop_timer(loop)
+# `configure(enqueue=...)` once at startup (`notifications.apps`); `announce(at)` in a
+# transaction that wrote rows (due now, or at `at`); `on_server_loop`, the receiver of the
+# engine's `server_loop_started`, starts this process's timer; `start_timer`/`stop_timer`
+# for tests.
+configure = _sender.configure
+announce = _sender.announce
+on_server_loop = _sender.on_server_loop
+start_timer = _sender.start_timer
+stop_timer = _sender.stop_timer

@@ -170,6 +170,7 @@ STORAGE = (
     "tracing.otlp",
     "tracing.recording",
     "tracing.redaction",
+    "tracing.rows",
 )
 
 

@@ -184,7 +184,7 @@ def seed_traces(traces: list[T]) -> None:
                     start=0.01 * i,
                     end=0.01 * i + 0.005,
                     model=model,
-                    # As the exporter copies it from the trace (`exporter.trace_agent`).
+                    # As the exporter copies it from the trace (`rows.trace_agent`).
                     agent=t.agent,
                     input_tokens=tokens_in,
                     cached_tokens=cached,

@@ -12,9 +12,10 @@ import pytest
 from agents.tracing import GenerationSpanData, ResponseSpanData, get_trace_provider
 from django.apps import apps
 
-from tracing.exporter import DatabaseExporter, model_usage
+from tracing.exporter import DatabaseExporter
 from tracing.models import ModelPrice, Span, Trace
 from tracing.pricing import Cost, PriceBook, money, trace_costs, usage_rows
+from tracing.rows import model_usage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -97,7 +97,7 @@ def traced_run(
                 model,
                 parent=task,
                 model=model,
-                # As the exporter copies it from the trace (`exporter.trace_agent`).
+                # As the exporter copies it from the trace (`rows.trace_agent`).
                 agent=trace.metadata.get("agent", ""),
                 input_tokens=usage[0],
                 cached_tokens=usage[1],
@@ -374,7 +374,7 @@ def test_it_filters_by_user_outcome_tool_span_text_and_feedback(client: Client, 
 def test_paging_links_and_the_export_keep_the_filters(
     client: Client, olga: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tracing.views.PAGE_SIZE", 2)
+    monkeypatch.setattr("tracing.list_views.PAGE_SIZE", 2)
     for _ in range(5):
         traced_run(TraceOutcome.REJECTED, tools=("cancel_order",))
     traced_run(TraceOutcome.COMPLETED, tools=("cancel_order",))

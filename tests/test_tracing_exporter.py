@@ -27,6 +27,7 @@ from tests.factories import make_conversation
 from tests.live import ROOT
 from tests.live import test_database_url as database_url
 from tracing import exporter as exporter_module
+from tracing import rows
 from tracing import sql as tracing_sql
 from tracing.exporter import DatabaseExporter, make_processor
 from tracing.models import Span, Trace, TraceStatus
@@ -365,11 +366,11 @@ def test_it_stores_spans_and_traces_as_bulk_create_would(started: Any, ended: An
     DatabaseExporter().export([Exported(trace), Exported(span)])
 
     # The same rows through the ORM, under other ids.
-    trace_row = exporter_module.trace_row({**trace, "id": "trace_orm"})
-    span_row = exporter_module.span_row({**span, "id": "span_orm", "trace_id": "trace_orm"})
+    trace_row = rows.trace_row({**trace, "id": "trace_orm"})
+    span_row = rows.span_row({**span, "id": "span_orm", "trace_id": "trace_orm"})
     Trace.objects.bulk_create([Trace(**trace_row._asdict())])
     # The agent of a model call is its trace's, filled in when the batch is written.
-    agent = exporter_module.trace_agent(trace_row.metadata, trace_row.workflow_name)
+    agent = rows.trace_agent(trace_row.metadata, trace_row.workflow_name)
     Span.objects.bulk_create([Span(**{**span_row._asdict(), "agent": agent})])
 
     span_names = [n for n in tracing_sql.SPAN_FIELDS if n not in ("span_id", "trace")]
@@ -397,7 +398,7 @@ def test_its_times_are_adapted_as_django_adapts_them() -> None:
         "2025-06-01T12:00:00",
         None,
     ):
-        value = exporter_module.parse_time(text)
+        value = rows.parse_time(text)
         assert adapt(value) == connection.ops.adapt_datetimefield_value(value), text
 
 

@@ -19,10 +19,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from tracing import pricing
+from tracing.access import trace_viewer_required
 from tracing.forms import CostRangeForm
 from tracing.models import Span
 from tracing.pricing import Cost, PriceBook
-from tracing.views import trace_viewer_required
 
 TOP_USERS = 20
 
@@ -55,7 +55,7 @@ class CostLine:
 def spans_of_range(form: CostRangeForm) -> QuerySet[Span]:
     """The spans started in the form's days, with each one's user."""
     start, end = form.bounds
-    # A model call's agent is on its span (`exporter.trace_agent`: the run's agent, else the
+    # A model call's agent is on its span (`rows.trace_agent`: the run's agent, else the
     # trace's workflow name).
     return Span.objects.filter(started_at__gte=start, started_at__lt=end).annotate(
         user=Coalesce(

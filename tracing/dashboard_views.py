@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from django import forms
@@ -28,10 +29,10 @@ from django.views.decorators.http import require_GET
 from common import formatting
 from engine import registry
 from tracing import charts, dashboard
+from tracing.access import trace_viewer_required
 from tracing.dashboard import Window
 from tracing.models import TraceOutcome
 from tracing.pricing import Cost, PriceBook, add_price_url, money
-from tracing.views import trace_viewer_required
 
 DEFAULT_DAYS = 7
 
@@ -243,57 +244,106 @@ def latency_panel(window: Window) -> Panel:
     )
 
 
+class Sums:
+    """Tokens and cost per day and name (a model, an agent)."""
+
+    def __init__(self) -> None:
+        self.by: dict[tuple[date, str], tuple[int, Cost]] = {}
+
+    def add(self, day: date, name: str, tokens: int, cost: Cost) -> None:
+        so_far, spent = self.by.get((day, name), (0, Cost()))
+        self.by[(day, name)] = (so_far + tokens, Cost().add(spent).add(cost))
+
+    def tokens(self, day: date, name: str) -> int:
+        return self.by.get((day, name), (0, Cost()))[0]
+
+    def cost(self, day: date, name: str) -> Cost:
+        return self.by.get((day, name), (0, Cost()))[1]
+
+    def __contains__(self, key: tuple[date, str]) -> bool:
+        return key in self.by
+
+
+@dataclass
+class Usage:
+    """The range's usage rows (per day, model and agent), summed per day and model and per
+    day and agent."""
+
+    rows: list[dashboard.UsageRow]
+    days: list[date]  # every day of the range
+    by_model: Sums = field(default_factory=Sums)
+    by_agent: Sums = field(default_factory=Sums)
+
+    @classmethod
+    def of(cls, window: Window) -> Usage:
+        rows = dashboard.usage(window, PriceBook.load())
+        usage = cls(rows, [window.since + timedelta(days=i) for i in range(window.days)])
+        for row in rows:
+            usage.by_model.add(row.day, row.model, row.total_tokens, row.cost)
+            usage.by_agent.add(row.day, row.agent, row.total_tokens, row.cost)
+        return usage
+
+    @cached_property
+    def used(self) -> list[date]:
+        """The days with usage, the tables' rows."""
+        return sorted({row.day for row in self.rows})
+
+    @cached_property
+    def models(self) -> list[str]:
+        return sorted({row.model for row in self.rows})
+
+    @cached_property
+    def agents(self) -> list[str]:
+        return sorted({row.agent for row in self.rows})
+
+    @property
+    def labels(self) -> list[str]:
+        return [_day(day) for day in self.days]
+
+
 def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
-    rows = dashboard.usage(window, PriceBook.load())
-    days = [window.since + timedelta(days=i) for i in range(window.days)]
-    used = sorted({row.day for row in rows})
-    models = sorted({row.model for row in rows})
-    agents = sorted({row.agent for row in rows})
-    by_day_model: dict[tuple[date, str], tuple[int, Cost]] = {}
-    by_day_agent: dict[tuple[date, str], tuple[int, Cost]] = {}
-    for row in rows:
-        for key, sums in (
-            ((row.day, row.model), by_day_model),
-            ((row.day, row.agent), by_day_agent),
-        ):
-            so_far, spent = sums.get(key, (0, Cost()))
-            sums[key] = (so_far + row.total_tokens, Cost().add(spent).add(row.cost))
-    labels = [_day(day) for day in days]
+    usage = Usage.of(window)
+    return [
+        tokens_panel(usage),
+        cost_panel(usage, costs),
+        agents_panel(usage, costs),
+        Panel("usage", None, usage_table(usage, costs)),
+    ]
 
-    def tokens(sums: dict[tuple[date, str], tuple[int, Cost]], day: date, name: str) -> int:
-        return sums.get((day, name), (0, Cost()))[0]
 
-    def cost(sums: dict[tuple[date, str], tuple[int, Cost]], day: date, name: str) -> Cost:
-        return sums.get((day, name), (0, Cost()))[1]
-
-    tokens_chart = charts.bar_chart(
+def tokens_panel(usage: Usage) -> Panel:
+    sums, models = usage.by_model, usage.models
+    chart = charts.bar_chart(
         "tokens",
         "Tokens per day by model",
         "Stacked bars: the tokens (input and output) of the model calls of each day, by model.",
-        labels,
-        [
-            charts.Series(model, [tokens(by_day_model, day, model) for day in days])
-            for model in models
-        ],
+        usage.labels,
+        [charts.Series(model, [sums.tokens(day, model) for day in usage.days]) for model in models],
         x_label="Day (UTC)",
         y_label="Tokens",
     )
-    tokens_table = Table(
+    table = Table(
         "Tokens per day by model",
         ["Day (UTC)", *models, "All models"],
         [
             [
                 Cell(_day(day), day.isoformat()),
-                *(count_cell(tokens(by_day_model, day, model)) for model in models),
-                count_cell(sum(tokens(by_day_model, day, model) for model in models)),
+                *(count_cell(sums.tokens(day, model)) for model in models),
+                count_cell(sum(sums.tokens(day, model) for model in models)),
             ]
-            for day in used
+            for day in usage.used
         ],
     )
-    # The cost chart draws the currency most calls were priced in; the table has them all.
+    return Panel("tokens", chart, table)
+
+
+def cost_panel(usage: Usage, costs: CostCells) -> Panel:
+    """The cost chart draws the currency most calls were priced in; the table has them all,
+    and the models without a price are named under the chart, not drawn as free."""
+    sums, models = usage.by_model, usage.models
     currencies: dict[str, int] = {}
     unpriced: set[str] = set()
-    for row in rows:
+    for row in usage.rows:
         for priced_in in row.cost.amounts:
             currencies[priced_in] = currencies.get(priced_in, 0) + 1
         unpriced.update(row.cost.missing)
@@ -301,17 +351,17 @@ def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
     priced_models = [
         m
         for m in models
-        if m not in unpriced or any(cost(by_day_model, day, m).amounts for day in days)
+        if m not in unpriced or any(sums.cost(day, m).amounts for day in usage.days)
     ]
-    cost_chart = charts.bar_chart(
+    chart = charts.bar_chart(
         "cost",
         f"Cost per day by model ({currency})",
         f"Stacked bars: what the model calls of each day cost in {currency}, by model. Models "
         "without a price are listed under the chart, not drawn as free.",
-        labels,
+        usage.labels,
         [
             charts.Series(
-                model, [float(cost(by_day_model, day, model).amount(currency)) for day in days]
+                model, [float(sums.cost(day, model).amount(currency)) for day in usage.days]
             )
             for model in priced_models
         ],
@@ -320,47 +370,55 @@ def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
         text=lambda value: money_text(value, currency),
         integer=False,
     )
-    cost_table = Table(
+    table = Table(
         "Cost per day by model",
         ["Day (UTC)", *models, "All models"],
         [
             [
                 Cell(_day(day), day.isoformat()),
-                *(costs.cell(cost(by_day_model, day, model)) for model in models),
-                costs.cell(_sum_costs(cost(by_day_model, day, model) for model in models)),
+                *(costs.cell(sums.cost(day, model)) for model in models),
+                costs.cell(_sum_costs(sums.cost(day, model) for model in models)),
             ]
-            for day in used
+            for day in usage.used
         ],
     )
-    agents_chart = charts.bar_chart(
+    notes = [Missing(model, costs.url(model)) for model in sorted(unpriced)]
+    return Panel("cost", chart, table, notes=notes)
+
+
+def agents_panel(usage: Usage, costs: CostCells) -> Panel:
+    sums, agents = usage.by_agent, usage.agents
+    chart = charts.bar_chart(
         "agents",
         "Tokens per day by agent",
         "Stacked bars: the tokens of the model calls of each day, by the agent that ran them.",
-        labels,
-        [
-            charts.Series(agent, [tokens(by_day_agent, day, agent) for day in days])
-            for agent in agents
-        ],
+        usage.labels,
+        [charts.Series(agent, [sums.tokens(day, agent) for day in usage.days]) for agent in agents],
         x_label="Day (UTC)",
         y_label="Tokens",
     )
-    agents_table = Table(
+    table = Table(
         "Tokens and cost per day by agent",
         ["Day (UTC)", "Agent", "Tokens", "Cost"],
         [
             [
                 Cell(_day(day), day.isoformat()),
                 Cell(agent, agent),
-                count_cell(tokens(by_day_agent, day, agent)),
-                costs.cell(cost(by_day_agent, day, agent)),
+                count_cell(sums.tokens(day, agent)),
+                costs.cell(sums.cost(day, agent)),
             ]
-            for day in used
+            for day in usage.used
             for agent in agents
-            if (day, agent) in by_day_agent
+            if (day, agent) in sums
         ],
         text_columns=2,
     )
-    detail = Table(
+    return Panel("agents", chart, table)
+
+
+def usage_table(usage: Usage, costs: CostCells) -> Table:
+    """Every usage row: tokens and cost per day, model and agent (a table alone)."""
+    return Table(
         "Tokens and cost per day, model and agent",
         [
             "Day (UTC)",
@@ -383,17 +441,10 @@ def usage_panels(window: Window, costs: CostCells) -> list[Panel]:
                 count_cell(row.total_tokens),
                 costs.cell(row.cost),
             ]
-            for row in rows
+            for row in usage.rows
         ],
         text_columns=3,
     )
-    notes = [Missing(model, costs.url(model)) for model in sorted(unpriced)]
-    return [
-        Panel("tokens", tokens_chart, tokens_table),
-        Panel("cost", cost_chart, cost_table, notes=notes),
-        Panel("agents", agents_chart, agents_table),
-        Panel("usage", None, detail),
-    ]
 
 
 def money_text(value: float, currency: str) -> str:
@@ -422,9 +473,22 @@ ENDING_LABELS = {
 
 
 def approval_panels(window: Window, now: datetime | None = None) -> list[Panel]:
+    requests = requests_panel(window)
+    times = dashboard.decision_times(window)
+    return [
+        requests,
+        wait_panel("wait-tools", times.by_tool, "Tool", "Time to decision per tool"),
+        wait_panel(
+            "wait-deciders", times.by_decider, "Decided by", "Time to decision per reviewer"
+        ),
+        backlog_panel(window, now),
+    ]
+
+
+def requests_panel(window: Window) -> Panel:
     tools = dashboard.approvals_by_tool(window)
     endings = [name for name in dashboard.ENDINGS if any(t.counts.get(name) for t in tools)]
-    requests_chart = charts.bar_chart(
+    chart = charts.bar_chart(
         "requests",
         "Approval requests per tool",
         "Stacked bars: the approval requests of each tool made in the range, by how they ended.",
@@ -440,7 +504,7 @@ def approval_panels(window: Window, now: datetime | None = None) -> list[Panel]:
         x_label="Tool",
         y_label="Requests",
     )
-    requests_table = Table(
+    table = Table(
         "Approval requests per tool (rates: of the decided ones)",
         [
             "Tool",
@@ -462,58 +526,59 @@ def approval_panels(window: Window, now: datetime | None = None) -> list[Panel]:
             for tool in tools
         ],
     )
-    times = dashboard.decision_times(window)
-    panels = [Panel("requests", requests_chart, requests_table)]
-    for name, rows, who, title in (
-        ("wait-tools", times.by_tool, "Tool", "Time to decision per tool"),
-        ("wait-deciders", times.by_decider, "Decided by", "Time to decision per reviewer"),
-    ):
-        chart = charts.bar_chart(
-            name,
-            f"{title}: p50 and p95",
-            f"Bars side by side: for the requests made in the range, the time from the request "
-            f"to its decision that half and 95 % of them stayed within, per {who.lower()} "
-            "(policies grouped as policy; expiry: nobody decided in time).",
-            [row.key for row in rows],
+    return Panel("requests", chart, table)
+
+
+def wait_panel(name: str, rows: list[dashboard.WaitRow], who: str, title: str) -> Panel:
+    """Time to decision, p50 and p95, per `who` (a tool, a reviewer)."""
+    chart = charts.bar_chart(
+        name,
+        f"{title}: p50 and p95",
+        f"Bars side by side: for the requests made in the range, the time from the request "
+        f"to its decision that half and 95 % of them stayed within, per {who.lower()} "
+        "(policies grouped as policy; expiry: nobody decided in time).",
+        [row.key for row in rows],
+        [
+            charts.Series(f"p{p}", [row.percentiles[p] for row in rows], css=f"series-p{p}")
+            for p in dashboard.DECISION_PERCENTILES
+        ],
+        x_label=who,
+        y_label="Time to decision",
+        stacked=False,
+        text=formatting.duration,
+        integer=False,
+        seconds=True,
+    )
+    table = Table(
+        title,
+        [who, "Decisions", *(f"p{p}" for p in dashboard.DECISION_PERCENTILES)],
+        [
             [
-                charts.Series(f"p{p}", [row.percentiles[p] for row in rows], css=f"series-p{p}")
-                for p in dashboard.DECISION_PERCENTILES
-            ],
-            x_label=who,
-            y_label="Time to decision",
-            stacked=False,
-            text=formatting.duration,
-            integer=False,
-            seconds=True,
-        )
-        table = Table(
-            title,
-            [who, "Decisions", *(f"p{p}" for p in dashboard.DECISION_PERCENTILES)],
-            [
-                [
-                    Cell(row.key, row.key),
-                    count_cell(row.decisions),
-                    *(seconds_cell(row.percentiles[p]) for p in dashboard.DECISION_PERCENTILES),
-                ]
-                for row in rows
-            ],
-        )
-        panels.append(Panel(name, chart, table))
+                Cell(row.key, row.key),
+                count_cell(row.decisions),
+                *(seconds_cell(row.percentiles[p]) for p in dashboard.DECISION_PERCENTILES),
+            ]
+            for row in rows
+        ],
+    )
+    return Panel(name, chart, table)
+
+
+def backlog_panel(window: Window, now: datetime | None = None) -> Panel:
     points = dashboard.backlog(window, now)
     hourly = window.hourly
-    labels = [_label(point.at, hourly) for point in points]
-    backlog_chart = charts.line_chart(
+    chart = charts.line_chart(
         "backlog",
         "Pending approval requests over time",
         "A line: how many requests were waiting for a decision at each "
         f"{'hour' if hourly else 'day'} boundary of the range (the last point: now, for a "
         "range that has not ended).",
-        labels,
+        [_label(point.at, hourly) for point in points],
         [charts.Series("Pending", [point.pending for point in points], css="series-backlog")],
         x_label="Time (UTC)",
         y_label="Pending requests",
     )
-    backlog_table = Table(
+    table = Table(
         "Pending approval requests over time",
         ["Time (UTC)", "Pending"],
         [
@@ -524,8 +589,7 @@ def approval_panels(window: Window, now: datetime | None = None) -> list[Panel]:
             for point in points
         ],
     )
-    panels.append(Panel("backlog", backlog_chart, backlog_table))
-    return panels
+    return Panel("backlog", chart, table)
 
 
 def may_add_prices(user: Any) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -29,10 +30,11 @@ from django.views.decorators.http import require_GET
 from agentsite.db.hops import db_hop
 from approvals.models import ApprovalDecision
 from tracing import pricing, redaction
+from tracing.access import trace_viewer_required
 from tracing.forms import TraceExportForm
+from tracing.list_views import TraceListRow, with_runs
 from tracing.models import Feedback, Span, Trace
 from tracing.pricing import Cost, PriceBook
-from tracing.views import TraceListRow, trace_viewer_required, with_runs
 
 EXPORT_LIMIT = 10_000
 CHUNK = 200
@@ -42,7 +44,7 @@ _RUN_UNREAD = ("state", "streamed_text", "usage", "error", "error_detail")
 
 
 def exported_traces(filters: Q) -> QuerySet[Trace]:
-    """The list's traces and filter (`views.listed_traces`), with the runs' replies, newest
+    """The list's traces and filter (`list_views.listed_traces`), with the runs' replies, newest
     first."""
     traces = Trace.objects.filter(started_at__isnull=False).filter(filters)
     return with_runs(traces, _RUN_UNREAD).order_by("-started_at", "-pk")
@@ -71,10 +73,26 @@ def export_chunk(
         return [], None
     ids = [trace.trace_id for trace in found]
     run_ids = [trace.run_id for trace in found if trace.run_id is not None]
+    chunk = Chunk(
+        tools=tools_of(ids),
+        approvals=approvals_of(run_ids),
+        ratings=ratings_of(run_ids),
+        costs=pricing.trace_costs(ids, book),
+    )
+    lines = [
+        json.dumps(chunk.record(trace), ensure_ascii=False, default=str) + "\n" for trace in found
+    ]
+    last = found[-1]
+    assert last.started_at is not None
+    more = len(found) == size
+    return lines, (last.started_at, last.pk) if more else None
 
+
+def tools_of(trace_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The tools each trace called, in order, with their arguments and output (one query)."""
     tools: dict[str, list[dict[str, Any]]] = {}
     calls = (
-        Span.objects.filter(trace_id__in=ids, span_type="function")
+        Span.objects.filter(trace_id__in=trace_ids, span_type="function")
         .order_by("started_at", "pk")
         .values_list("trace_id", "name", "span_data")
     )
@@ -87,7 +105,12 @@ def export_chunk(
                 "output": data.get("output"),
             }
         )
+    return tools
 
+
+def approvals_of(run_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Each run's decisions, oldest first: the tool, the decision, who, its message masked
+    (one query)."""
     approvals: dict[int, list[dict[str, Any]]] = {}
     decisions = (
         ApprovalDecision.objects.filter(request__run_id__in=run_ids)
@@ -110,41 +133,50 @@ def export_chunk(
                 "message": redaction.clean(message) if message else "",
             }
         )
+    return approvals
 
+
+def ratings_of(run_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Each run's ratings, oldest first, comments masked (one query)."""
     ratings: dict[int, list[dict[str, Any]]] = {}
     rows = Feedback.objects.filter(run_id__in=run_ids).order_by("updated", "pk")
     for run_id, score, comment in rows.values_list("run_id", "score", "comment"):
         ratings.setdefault(run_id, []).append(
             {"score": score, "comment": redaction.clean(comment) if comment else ""}
         )
+    return ratings
 
-    costs = pricing.trace_costs(ids, book)
-    lines = []
-    for trace in found:
+
+@dataclass
+class Chunk:
+    """What a chunk's traces have beside their rows, each read in one query for the chunk."""
+
+    tools: dict[str, list[dict[str, Any]]]
+    approvals: dict[int, list[dict[str, Any]]]
+    ratings: dict[int, list[dict[str, Any]]]
+    costs: dict[str, Cost]
+
+    def record(self, trace: Trace) -> dict[str, Any]:
+        """One line of the export: what the user asked and got, how, and what it cost."""
         row = TraceListRow(trace, 0)
         run = trace.run
-        cost = costs.get(trace.trace_id)
-        record = {
+        cost = self.costs.get(trace.trace_id)
+        return {
             "trace_id": trace.trace_id,
             "started_at": trace.started_at.isoformat() if trace.started_at else None,
             "user": row.user or None,
             "agent": row.agent or None,
             "input": redaction.clean(run.input) if run is not None else None,
             "output": redaction.clean(run.final_output) if run is not None else None,
-            "tools": tools.get(trace.trace_id, []),
-            "approvals": approvals.get(trace.run_id, []) if trace.run_id else [],
+            "tools": self.tools.get(trace.trace_id, []),
+            "approvals": self.approvals.get(trace.run_id, []) if trace.run_id else [],
             "outcome": trace.shown_outcome,
             "reason": trace.outcome_reason,
             "tokens": trace.total_tokens,
             "cost": str(cost) if cost is not None and cost.calls else "no model calls",
             "cost_usd": _cost_usd(cost),
-            "feedback": ratings.get(trace.run_id, []) if trace.run_id else [],
+            "feedback": self.ratings.get(trace.run_id, []) if trace.run_id else [],
         }
-        lines.append(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-    last = found[-1]
-    assert last.started_at is not None
-    more = len(found) == size
-    return lines, (last.started_at, last.pk) if more else None
 
 
 async def stream_lines(filters: Q, limit: int | None = None) -> AsyncIterator[str]:

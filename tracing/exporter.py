@@ -15,7 +15,8 @@ each batch in one transaction with a bounded number of queries:
   registers one at startup that publishes `events.TraceUpdated`, so open trace pages grow
   while the run executes. The exporter itself knows nothing of the channel layer.
 
-Rows are tuples written with one `executemany` per statement, in SQL made once from the
+The rows are made from the SDK's dicts by `tracing.rows` (pure functions); this module writes
+them. Rows are tuples written with one `executemany` per statement, in SQL made once from the
 models (`tracing.sql`: `bulk_create` prepared each field of each row, which cost more than the
 inserts), and masked by one `redaction.Cleaner` per batch, which cleans each distinct string
 once.
@@ -35,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple
 
 from agents.tracing import Span as SDKSpan
 from agents.tracing import Trace as SDKTrace
@@ -57,6 +58,15 @@ from django.utils import timezone
 from agentsite.db.sql import placeholders
 from tracing import otlp, redaction
 from tracing.models import Trace
+from tracing.rows import (
+    SpanInsert,
+    TraceInsert,
+    run_id_of,
+    span_row,
+    trace_agent,
+    trace_row,
+    with_response_model,
+)
 from tracing.sql import new_trace, statements
 
 logger = logging.getLogger(__name__)
@@ -64,16 +74,6 @@ logger = logging.getLogger(__name__)
 # Spans per export call. The SDK's default (128) costs a transaction per 128 spans; larger
 # batches store a burst several times faster and still keep a batch's memory small.
 MAX_BATCH_SIZE = 512
-
-# What `trace_include_sensitive_data=False` removes, per span type; the exporter removes it
-# again, because the SDK lets some through (a rejection message in a function span's output).
-SENSITIVE_FIELDS: dict[str, tuple[str, ...]] = {
-    "generation": ("input", "output"),
-    "function": ("input", "output"),
-    "transcription": ("input", "output"),
-    "speech": ("input", "output"),
-    "speech_group": ("input",),
-}
 
 
 @dataclass
@@ -85,35 +85,6 @@ class ExportStats:
     spans: int = 0
     failures: int = 0
     dropped_items: int = 0
-
-
-class TraceInsert(NamedTuple):
-    """A trace as the exporter writes it, upserted (its run is looked up when it is written)."""
-
-    trace_id: str
-    workflow_name: str
-    group_id: str
-    metadata: dict[str, Any]
-
-
-class SpanInsert(NamedTuple):
-    """A span as the exporter writes it, inserted: `Span`'s fields, masked."""
-
-    span_id: str
-    trace_id: str
-    parent_id: str | None
-    span_type: str
-    name: str
-    started_at: datetime | None
-    ended_at: datetime | None
-    span_data: dict[str, Any]
-    error: Any
-    total_tokens: int
-    model: str = ""
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    agent: str = ""  # a model call's: its trace's (`_agents_of`), filled in when written
 
 
 @dataclass
@@ -167,11 +138,11 @@ class DatabaseExporter(TracingExporter):
                 if exported.get("object") == "trace":
                     trace = trace_row(exported, cleaner=cleaner)
                     batch.traces[trace.trace_id] = trace
-                    run_id = _run_id(exported.get("metadata"))
+                    run_id = run_id_of(exported.get("metadata"))
                     if run_id is not None:
                         batch.run_ids[trace.trace_id] = run_id
                 else:
-                    exported = _with_response_model(item, exported)
+                    exported = with_response_model(item, exported)
                     span = span_row(exported, cleaner=cleaner, sensitive=sensitive)
                     batch.spans[span.span_id] = span
             except Exception as exc:
@@ -399,13 +370,6 @@ def _write(batch: _Batch) -> None:
         )
 
 
-def trace_agent(metadata: Any, workflow_name: str) -> str:
-    """A trace's agent: the registry name the engine wrote in its metadata, else (a trace no
-    run of ours made) its workflow name."""
-    agent = metadata.get("agent") if isinstance(metadata, dict) else None
-    return str(agent)[:255] if agent else workflow_name[:255]
-
-
 def _agents_of(batch: _Batch, trace_ids: set[str]) -> dict[str, str]:
     """The agent of each trace of the batch's model calls: from the batch's own traces (the
     SDK exports a trace when it starts, so usually in the batch of its first spans), else
@@ -486,160 +450,6 @@ def _runs_of(cursor: CursorWrapper, trace_ids: set[str], run_ids: set[int]) -> _
         if trace_id in trace_ids:
             by_trace[trace_id] = pk
     return _Runs(by_trace, pks)
-
-
-# --- from the SDK's dicts to rows -----------------------------------------------------------
-
-
-def _with_response_model(item: Any, exported: dict[str, Any]) -> dict[str, Any]:
-    """A response span (the Responses API) exports its response's id and usage but not the
-    model that wrote it, which a generation span names: take it from the response the span
-    holds (the SDK keeps it when the trace includes data)."""
-    data = exported.get("span_data")
-    if not isinstance(data, dict) or data.get("type") != "response" or data.get("model"):
-        return exported
-    model = getattr(getattr(getattr(item, "span_data", None), "response", None), "model", None)
-    if not isinstance(model, str) or not model:
-        return exported
-    return {**exported, "span_data": {**data, "model": model}}
-
-
-def trace_row(exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = None) -> TraceInsert:
-    clean = (cleaner or redaction.Cleaner()).clean
-    metadata = clean(exported.get("metadata") or {})
-    return TraceInsert(
-        trace_id=str(exported["id"]),
-        workflow_name=str(clean(exported.get("workflow_name") or ""))[:255],
-        group_id=str(exported.get("group_id") or "")[:255],
-        metadata=metadata if isinstance(metadata, dict) else {"metadata": metadata},
-    )
-
-
-def span_row(
-    exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = None, sensitive: bool = True
-) -> SpanInsert:
-    clean = (cleaner or redaction.Cleaner()).clean
-    raw_data = exported.get("span_data") or {}
-    kind, inner = span_kind(raw_data)
-    tokens = usage_tokens(kind, raw_data)
-    model, input_tokens, cached_tokens, output_tokens = model_usage(kind, raw_data)
-    if not sensitive:
-        raw_data = {**raw_data}
-        for name in SENSITIVE_FIELDS.get(kind, ()):
-            if raw_data.get(name) is not None:
-                raw_data[name] = None
-    if exported.get("metadata") and "metadata" not in raw_data:
-        raw_data = {**raw_data, "metadata": exported["metadata"]}
-    data = clean(raw_data)
-    error = exported.get("error")
-    return SpanInsert(
-        span_id=str(exported["id"]),
-        trace_id=str(exported["trace_id"]),
-        parent_id=exported.get("parent_id") or None,
-        span_type=kind[:40],
-        name=str(clean(span_name(kind, raw_data, inner)))[:255],
-        started_at=parse_time(exported.get("started_at")),
-        ended_at=parse_time(exported.get("ended_at")),
-        span_data=data if isinstance(data, dict) else {"data": data},
-        error=None if error is None else clean(error),
-        total_tokens=tokens,
-        model=model,
-        input_tokens=input_tokens,
-        cached_tokens=cached_tokens,
-        output_tokens=output_tokens,
-    )
-
-
-def span_kind(span_data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The span's type, and a custom span's `data`: task and turn spans are custom spans
-    that carry their real type in `data.sdk_span_type`."""
-    kind = str(span_data.get("type") or "custom")
-    inner = span_data.get("data") if kind == "custom" else None
-    if not isinstance(inner, dict):
-        return kind, {}
-    return str(inner.get("sdk_span_type") or kind), inner
-
-
-def span_name(kind: str, data: dict[str, Any], inner: dict[str, Any]) -> str:
-    if kind == "handoff":
-        return f"{data.get('from_agent') or '?'} → {data.get('to_agent') or '?'}"
-    if kind == "task":
-        return str(inner.get("name") or data.get("name") or "task")
-    if kind == "turn":
-        turn = f"turn {inner.get('turn', '')}".strip()
-        return f"{turn}: {inner['agent_name']}" if inner.get("agent_name") else turn
-    if kind in ("generation", "transcription", "speech"):
-        return str(data.get("model") or kind)
-    if kind == "response":
-        return str(data.get("response_id") or "response")
-    if kind == "mcp_tools":
-        return str(data.get("server") or "MCP tools")
-    return str(data.get("name") or kind)
-
-
-def usage_tokens(kind: str, data: dict[str, Any]) -> int:
-    """Tokens of one model call (task and turn spans repeat their calls' usage: not counted)."""
-    if kind not in ("generation", "response"):
-        return 0
-    usage = data.get("usage")
-    if not isinstance(usage, dict):
-        return 0
-    total = usage.get("total_tokens")
-    if _is_count(total):
-        return int(total)
-    parts = [usage.get("input_tokens"), usage.get("output_tokens")]
-    return sum(int(part) for part in parts if _is_count(part))
-
-
-def model_usage(kind: str, data: dict[str, Any]) -> tuple[str, int, int, int]:
-    """A model call's model and its input, cached input and output tokens, for its cost
-    (`tracing.pricing`); ("", 0, 0, 0) for a span that is no model call. A call whose
-    model is not named is stored as "unknown model", so its cost is "no price for unknown
-    model", not missing."""
-    if kind not in ("generation", "response"):
-        return "", 0, 0, 0
-    usage = data.get("usage")
-    usage = usage if isinstance(usage, dict) else {}
-    model = data.get("model")
-    name = model.strip()[:200] if isinstance(model, str) and model.strip() else "unknown model"
-    input_tokens = usage.get("input_tokens")
-    output_tokens = usage.get("output_tokens")
-    details = usage.get("input_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    if cached is None:
-        cached = usage.get("cached_input_tokens")
-    prompt = int(input_tokens) if _is_count(input_tokens) else 0
-    return (
-        name,
-        prompt,
-        min(int(cached), prompt) if _is_count(cached) else 0,
-        int(output_tokens) if _is_count(output_tokens) else 0,
-    )
-
-
-def _is_count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:  # what `timezone.is_naive` says of what `fromisoformat` makes
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed
-
-
-def _run_id(metadata: Any) -> int | None:
-    if not isinstance(metadata, dict):
-        return None
-    try:
-        return int(str(metadata.get("run_id")))
-    except ValueError:
-        return None
 
 
 # --- installing -----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ One converter serves both ways out: the trace viewer's `/traces/<id>.otlp.json` 
 rows, `otlp_views`) and the forwarding exporter (`exporter.OtlpExporter`: the SDK's items,
 read and masked by the database exporter's own code, so nothing unmasked leaves the site). It
 reads anything shaped like a `Span` row (`SpanLike`: the model, or the exporter's
-`SpanInsert`), and writes an `ExportTraceServiceRequest` as the OTLP/JSON encoding has it:
+`rows.SpanInsert`), and writes an `ExportTraceServiceRequest` as the OTLP/JSON encoding has it:
 ids in lowercase hex, times in nanoseconds as strings, 64-bit integers as strings, enums as
 numbers.
 
@@ -32,7 +32,6 @@ import importlib.metadata
 import json
 import logging
 import math
-import random
 import re
 import time
 import urllib.error
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from common import outbound
 from tracing.recording import DECISION_SPAN_NAME
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ _SDK_SPAN_ID = re.compile(r"^span_([0-9a-f]{16})[0-9a-f]*$")
 
 class SpanLike(Protocol):
     """What the converter reads of a span: a `tracing.models.Span` or an exporter's
-    `SpanInsert` (masked, as stored)."""
+    `rows.SpanInsert` (masked, as stored)."""
 
     @property
     def span_id(self) -> str: ...
@@ -384,13 +384,6 @@ PAUSE_FIRST = 1.0
 PAUSE_MOST = 60.0
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is a refusal: spans are not sent on to another address."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
 @dataclass
 class Answer:
     code: int | None  # None: no answer (refused, timed out)
@@ -442,7 +435,6 @@ class Sender:
         self._failing = False
         self._pause = 0.0
         self._paused_until = 0.0
-        self._opener = urllib.request.build_opener(_NoRedirect)
 
     def send(self, payload: dict[str, Any]) -> bool:
         if self._failing and self._clock() < self._paused_until:
@@ -469,25 +461,21 @@ class Sender:
     def _delay(self, attempt: int, answer: Answer) -> float:
         if answer.retry_after is not None:
             return min(answer.retry_after, RETRY_AFTER_MOST)
-        return self.backoff * 2**attempt * random.uniform(0.8, 1.2)
+        return outbound.doubling_backoff(self.backoff, attempt)
 
     def _post(self, body: bytes) -> Answer:
         request = urllib.request.Request(
             self.endpoint, data=body, headers=self.headers, method="POST"
         )
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
+            # A redirect is a refusal: spans are not sent on to another address.
+            with outbound.opener.open(request, timeout=self.timeout) as response:
                 answer = response.read(64 * 1024)
                 self._partial(answer)
                 return Answer(response.status)
         except urllib.error.HTTPError as refused:
-            with refused:
-                said = refused.read(300).decode("utf-8", "replace").strip()
-            return Answer(
-                refused.code,
-                f"HTTP {refused.code} {refused.reason}" + (f": {said}" if said else ""),
-                _seconds(refused.headers.get("Retry-After")),
-            )
+            retry_after = _seconds(refused.headers.get("Retry-After"))
+            return Answer(refused.code, outbound.refusal(refused, 300), retry_after)
         except urllib.error.URLError as failed:
             return Answer(None, f"could not connect: {failed.reason}")
         except (OSError, ValueError) as failed:

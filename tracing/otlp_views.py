@@ -14,15 +14,15 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from tracing import otlp
+from tracing.access import get_trace_for_viewer, trace_viewer_required
 from tracing.models import Span
-from tracing.views import _get_trace_for_viewer, trace_viewer_required
 
 
 @require_GET
 @login_required
 @trace_viewer_required
 def trace_export_otlp(request: HttpRequest, trace_id: str) -> HttpResponse:
-    trace = _get_trace_for_viewer(request, trace_id)
+    trace = get_trace_for_viewer(request, trace_id)
     spans = Span.objects.filter(trace_id=trace.trace_id).order_by("started_at", "pk")
     payload = otlp.export_request(
         spans.iterator(),

@@ -4,7 +4,7 @@ cost, active and waiting time, outcome, the end user's feedback), totals at the 
 conversation its owner edited, each turn's version and turn on it with the tokens its
 session stored for that turn, and the versions' totals.
 
-Access is the trace viewer's (`views.trace_viewer_required`). A page reads a fixed number of
+Access is the trace viewer's (`access.trace_viewer_required`). A page reads a fixed number of
 queries whatever the number of turns: the runs, their traces, requests, decisions, tool
 spans, usage and feedback are each one query for the whole conversation. What people and
 models wrote is masked (`redaction.clean`) and escaped by the templates.
@@ -35,6 +35,7 @@ from conversations.models import (
 )
 from engine.models import AgentRun, RunStatus
 from tracing import pricing, redaction
+from tracing.access import trace_viewer_required
 from tracing.forms import CursorField, make_cursor
 from tracing.models import (
     STATUS_OUTCOME,
@@ -45,7 +46,6 @@ from tracing.models import (
     TraceOutcome,
     trace_status,
 )
-from tracing.views import trace_viewer_required
 
 PAGE_SIZE = 50
 # An operator reads a turn's text here; the trace holds all of it.
@@ -173,6 +173,24 @@ class Totals:
     def waiting(self) -> str:
         return formatting.duration(self.waiting_seconds)
 
+    def add(self, turn: Turn) -> None:
+        """Count `turn` in (its cost is summed apart, as `pricing.Cost`)."""
+        run = turn.run
+        self.turns += 1
+        self.tokens += turn.tokens
+        self.active_seconds += turn.active_seconds or 0.0
+        self.waiting_seconds += turn.waiting_seconds or 0.0
+        self.approvals += len(turn.approvals)
+        self.pending += sum(1 for approval in turn.approvals if approval.pending)
+        self.errors += 1 if turn.failed else 0
+        self.thumbs_up += sum(1 for row in turn.feedback if row.score > 0)
+        self.thumbs_down += sum(1 for row in turn.feedback if row.score < 0)
+        if run.agent_name not in self.agents:
+            self.agents.append(run.agent_name)
+        ended = run.finished or run.updated
+        self.first = run.created if self.first is None else min(self.first, run.created)
+        self.last = ended if self.last is None else max(self.last, ended)
+
 
 def _who(decision: ApprovalDecision | None, request: ApprovalRequest) -> str:
     if decision is None:
@@ -226,23 +244,35 @@ def _shown_trace(run: AgentRun, trace: Trace | None) -> Trace:
     return trace if trace is not None else Trace(status=trace_status(run.status), run=run)
 
 
-def conversation_turns(
-    conversation: Conversation, *, price_links: bool, now: datetime | None = None
-) -> tuple[list[Turn], Totals]:
-    """The conversation's runs, oldest first, as turns, and their totals: eight queries,
-    however many turns."""
-    now = now or timezone.now()
-    runs = list(
-        AgentRun.objects.filter(conversation=conversation)
-        .select_related("requested_by")
-        .order_by("created", "pk")
-    )
-    stored = {
-        row.run_id: row
-        for row in TurnUsage.objects.filter(conversation=conversation, run__isnull=False)
-    }
-    trace_ids = [run.trace_id for run in runs if run.trace_id]
-    traces = {trace.trace_id: trace for trace in Trace.objects.filter(trace_id__in=trace_ids)}
+@dataclass
+class Facts:
+    """What a conversation's turns show beside their runs, each read in one query for the
+    whole conversation."""
+
+    usage: dict[int | None, TurnUsage]  # by run
+    traces: dict[str, Trace]  # by trace id
+    requests: dict[int, list[ApprovalRequest]]  # by run, oldest first
+    decisions: dict[int, ApprovalDecision]  # by request: its first decision
+    tools: dict[str, list[ToolCall]]  # by trace id, in order
+    costs: dict[str, pricing.Cost]  # by trace id
+    feedback: dict[int, list[Feedback]]  # by run, comments masked
+
+    @classmethod
+    def of(cls, conversation: Conversation, runs: list[AgentRun]) -> Facts:
+        usage = {
+            row.run_id: row
+            for row in TurnUsage.objects.filter(conversation=conversation, run__isnull=False)
+        }
+        trace_ids = [run.trace_id for run in runs if run.trace_id]
+        traces = {trace.trace_id: trace for trace in Trace.objects.filter(trace_id__in=trace_ids)}
+        requests = _requests_of(conversation)
+        decisions = _decisions_of(conversation)
+        tools = _tools_of(runs, trace_ids, requests)
+        costs = pricing.trace_costs(trace_ids, pricing.PriceBook.load())
+        return cls(usage, traces, requests, decisions, tools, costs, _feedback_of(conversation))
+
+
+def _requests_of(conversation: Conversation) -> dict[int, list[ApprovalRequest]]:
     requests: dict[int, list[ApprovalRequest]] = {}
     for request in (
         ApprovalRequest.objects.filter(run__conversation=conversation)
@@ -250,6 +280,10 @@ def conversation_turns(
         .order_by("created", "pk")
     ):
         requests.setdefault(request.run_id, []).append(request)
+    return requests
+
+
+def _decisions_of(conversation: Conversation) -> dict[int, ApprovalDecision]:
     decisions: dict[int, ApprovalDecision] = {}
     for decision in (
         ApprovalDecision.objects.filter(request__run__conversation=conversation)
@@ -257,6 +291,13 @@ def conversation_turns(
         .order_by("-created", "-pk")
     ):
         decisions[decision.request_id] = decision  # the first decision wins (oldest last)
+    return decisions
+
+
+def _tools_of(
+    runs: list[AgentRun], trace_ids: list[str], requests: dict[int, list[ApprovalRequest]]
+) -> dict[str, list[ToolCall]]:
+    """Each trace's tool calls, in order: whether each needed approval, whether it failed."""
     tools: dict[str, list[ToolCall]] = {}
     approved_tools = {
         run_id: {request.tool_name for request in rows} for run_id, rows in requests.items()
@@ -271,69 +312,85 @@ def conversation_turns(
         run_pk = run_of_trace.get(trace_id)
         asked = approved_tools.get(run_pk, set()) if run_pk is not None else set()
         tools.setdefault(trace_id, []).append(ToolCall(name, name in asked, error is not None))
-    book = pricing.PriceBook.load()
-    costs = pricing.trace_costs(trace_ids, book)
+    return tools
+
+
+def _feedback_of(conversation: Conversation) -> dict[int, list[Feedback]]:
     feedback: dict[int, list[Feedback]] = {}
     for row in Feedback.objects.filter(run__conversation=conversation).select_related("user"):
         row.comment = masked(row.comment)
         feedback.setdefault(row.run_id, []).append(row)
+    return feedback
 
+
+def conversation_turns(
+    conversation: Conversation, *, price_links: bool, now: datetime | None = None
+) -> tuple[list[Turn], Totals]:
+    """The conversation's runs, oldest first, as turns, and their totals: eight queries,
+    however many turns."""
+    now = now or timezone.now()
+    runs = list(
+        AgentRun.objects.filter(conversation=conversation)
+        .select_related("requested_by")
+        .order_by("created", "pk")
+    )
+    facts = Facts.of(conversation, runs)
     turns: list[Turn] = []
     totals = Totals()
     total_cost = pricing.Cost()
     for number, run in enumerate(runs, start=1):
-        trace = traces.get(run.trace_id)
-        shown = _shown_trace(run, trace)
-        cost = costs.get(run.trace_id, pricing.Cost())
+        cost = facts.costs.get(run.trace_id, pricing.Cost())
         total_cost.add(cost)
-        approvals = [
-            _approval(request, decisions.get(request.pk), now)
-            for request in requests.get(run.pk, [])
-        ]
-        failure = ""
-        if run.status in (RunStatus.FAILED, RunStatus.GUARDRAIL, RunStatus.CANCELLED):
-            failure = masked(run.error or "It stopped without saying why.")
-        turn = Turn(
-            number=number,
-            run=run,
-            trace=trace,
-            input=masked(run.input),
-            reply=masked(run.final_output),
-            failure=failure,
-            tools=tools.get(run.trace_id, []),
-            approvals=approvals,
-            tokens=trace.total_tokens if trace is not None else 0,
-            cost=pricing.shown(cost, links=price_links),
-            active_seconds=trace.active_seconds if trace is not None else None,
-            waiting_seconds=trace.waiting_seconds if trace is not None else None,
-            outcome=shown.shown_outcome,
-            outcome_label=shown.get_shown_outcome_display(),
-            outcome_reason=shown.outcome_reason,
-            feedback=feedback.get(run.pk, []),
-            trace_url=reverse("trace_detail", args=[run.trace_id]) if run.trace_id else "",
-            branch=run.branch,
-        )
-        usage = stored.get(run.pk)
-        if usage is not None:
-            turn.branch_turn = usage.turn
-            turn.usage = _tokens(usage)
+        turn = _turn(number, run, facts, cost, now=now, price_links=price_links)
         turns.append(turn)
-        totals.turns += 1
-        totals.tokens += turn.tokens
-        totals.active_seconds += turn.active_seconds or 0.0
-        totals.waiting_seconds += turn.waiting_seconds or 0.0
-        totals.approvals += len(approvals)
-        totals.pending += sum(1 for approval in approvals if approval.pending)
-        totals.errors += 1 if turn.failed else 0
-        totals.thumbs_up += sum(1 for row in turn.feedback if row.score > 0)
-        totals.thumbs_down += sum(1 for row in turn.feedback if row.score < 0)
-        if run.agent_name not in totals.agents:
-            totals.agents.append(run.agent_name)
-        ended = run.finished or run.updated
-        totals.first = run.created if totals.first is None else min(totals.first, run.created)
-        totals.last = ended if totals.last is None else max(totals.last, ended)
+        totals.add(turn)
     totals.cost = pricing.shown(total_cost, links=price_links)
     return turns, totals
+
+
+def _turn(
+    number: int,
+    run: AgentRun,
+    facts: Facts,
+    cost: pricing.Cost,
+    *,
+    now: datetime,
+    price_links: bool,
+) -> Turn:
+    trace = facts.traces.get(run.trace_id)
+    shown = _shown_trace(run, trace)
+    approvals = [
+        _approval(request, facts.decisions.get(request.pk), now)
+        for request in facts.requests.get(run.pk, [])
+    ]
+    failure = ""
+    if run.status in (RunStatus.FAILED, RunStatus.GUARDRAIL, RunStatus.CANCELLED):
+        failure = masked(run.error or "It stopped without saying why.")
+    turn = Turn(
+        number=number,
+        run=run,
+        trace=trace,
+        input=masked(run.input),
+        reply=masked(run.final_output),
+        failure=failure,
+        tools=facts.tools.get(run.trace_id, []),
+        approvals=approvals,
+        tokens=trace.total_tokens if trace is not None else 0,
+        cost=pricing.shown(cost, links=price_links),
+        active_seconds=trace.active_seconds if trace is not None else None,
+        waiting_seconds=trace.waiting_seconds if trace is not None else None,
+        outcome=shown.shown_outcome,
+        outcome_label=shown.get_shown_outcome_display(),
+        outcome_reason=shown.outcome_reason,
+        feedback=facts.feedback.get(run.pk, []),
+        trace_url=reverse("trace_detail", args=[run.trace_id]) if run.trace_id else "",
+        branch=run.branch,
+    )
+    usage = facts.usage.get(run.pk)
+    if usage is not None:
+        turn.branch_turn = usage.turn
+        turn.usage = _tokens(usage)
+    return turn
 
 
 def _tokens(usage: TurnUsage) -> TurnTokens:
@@ -450,6 +507,19 @@ def conversation_rows(
 ) -> tuple[list[ConversationRow], str]:
     """A page of conversations with runs, newest activity first (keyset on updated, pk), and
     the cursor of the next, older page ("" if none): six queries a page."""
+    found = _listed_conversations(filters, older)
+    page = found[:PAGE_SIZE]
+    sums = PageSums.of(page)
+    rows = [sums.row(conversation, price_links=price_links) for conversation in page]
+    cursor = ""
+    if len(found) > PAGE_SIZE and page:
+        cursor = make_cursor(page[-1].updated, page[-1].pk)
+    return rows, cursor
+
+
+def _listed_conversations(filters: Q, older: tuple[datetime, int] | None) -> list[Conversation]:
+    """A page of conversations with runs and one more (is there an older page?), each with
+    its newest trace's outcome and status and its first input."""
     newest_trace = Trace.objects.filter(group_id=OuterRef("session_id")).order_by(
         "-started_at", "-pk"
     )
@@ -469,64 +539,72 @@ def conversation_rows(
         conversations = conversations.filter(
             Q(updated__lte=at) & (Q(updated__lt=at) | Q(pk__lt=pk))
         )
-    found = list(conversations.order_by("-updated", "-pk")[: PAGE_SIZE + 1])
-    page = found[:PAGE_SIZE]
-    pks = [conversation.pk for conversation in page]
-    sessions = [conversation.session_id for conversation in page]
-    turns = dict(
-        AgentRun.objects.filter(conversation_id__in=pks)
-        .order_by()
-        .values("conversation_id")
-        .annotate(n=Count("pk"))
-        .values_list("conversation_id", "n")
-    )
-    tokens = dict(
-        Trace.objects.filter(group_id__in=sessions)
-        .order_by()
-        .values("group_id")
-        .annotate(n=Sum("total_tokens"))
-        .values_list("group_id", "n")
-    )
-    scores: dict[tuple[int, int], int] = {
-        (conversation_id, score): n
-        for conversation_id, score, n in Feedback.objects.filter(run__conversation_id__in=pks)
-        .order_by()
-        .values("run__conversation_id", "score")
-        .annotate(n=Count("pk"))
-        .values_list("run__conversation_id", "score", "n")
-    }
-    costs = (
-        pricing.costs_by(Span.objects.filter(trace__group_id__in=sessions), "trace__group_id")
-        if sessions
-        else {}
-    )
-    rows = []
-    for conversation in page:
+    return list(conversations.order_by("-updated", "-pk")[: PAGE_SIZE + 1])
+
+
+@dataclass
+class PageSums:
+    """A page's conversations summed: turns, tokens, ratings and cost, each one query for
+    the page."""
+
+    turns: dict[int, int]  # by conversation pk
+    tokens: dict[str, int]  # by session id
+    scores: dict[tuple[int, int], int]  # (conversation pk, score) -> ratings
+    costs: dict[str, pricing.Cost]  # by session id
+
+    @classmethod
+    def of(cls, page: list[Conversation]) -> PageSums:
+        pks = [conversation.pk for conversation in page]
+        sessions = [conversation.session_id for conversation in page]
+        turns = dict(
+            AgentRun.objects.filter(conversation_id__in=pks)
+            .order_by()
+            .values("conversation_id")
+            .annotate(n=Count("pk"))
+            .values_list("conversation_id", "n")
+        )
+        tokens = dict(
+            Trace.objects.filter(group_id__in=sessions)
+            .order_by()
+            .values("group_id")
+            .annotate(n=Sum("total_tokens"))
+            .values_list("group_id", "n")
+        )
+        scores: dict[tuple[int, int], int] = {
+            (conversation_id, score): n
+            for conversation_id, score, n in Feedback.objects.filter(run__conversation_id__in=pks)
+            .order_by()
+            .values("run__conversation_id", "score")
+            .annotate(n=Count("pk"))
+            .values_list("run__conversation_id", "score", "n")
+        }
+        costs = (
+            pricing.costs_by(Span.objects.filter(trace__group_id__in=sessions), "trace__group_id")
+            if sessions
+            else {}
+        )
+        return cls(turns, tokens, scores, costs)
+
+    def row(self, conversation: Conversation, *, price_links: bool) -> ConversationRow:
         outcome = getattr(conversation, "last_outcome", None) or STATUS_OUTCOME.get(
             getattr(conversation, "last_status", None) or "", TraceOutcome.RUNNING
         )
         first_input = str(getattr(conversation, "first_input", None) or "")
-        rows.append(
-            ConversationRow(
-                conversation=conversation,
-                turns=int(turns.get(conversation.pk, 0)),
-                tokens=int(tokens.get(conversation.session_id) or 0),
-                cost=pricing.shown(
-                    costs.get(conversation.session_id, pricing.Cost()), links=price_links
-                ),
-                outcome=str(outcome),
-                outcome_label=str(TraceOutcome(outcome).label),
-                preview=formatting.preview(
-                    conversation.title or masked(first_input, PREVIEW_CHARS * 2), PREVIEW_CHARS
-                ),
-                thumbs_up=scores.get((conversation.pk, FeedbackScore.UP), 0),
-                thumbs_down=scores.get((conversation.pk, FeedbackScore.DOWN), 0),
-            )
+        return ConversationRow(
+            conversation=conversation,
+            turns=int(self.turns.get(conversation.pk, 0)),
+            tokens=int(self.tokens.get(conversation.session_id) or 0),
+            cost=pricing.shown(
+                self.costs.get(conversation.session_id, pricing.Cost()), links=price_links
+            ),
+            outcome=str(outcome),
+            outcome_label=str(TraceOutcome(outcome).label),
+            preview=formatting.preview(
+                conversation.title or masked(first_input, PREVIEW_CHARS * 2), PREVIEW_CHARS
+            ),
+            thumbs_up=self.scores.get((conversation.pk, FeedbackScore.UP), 0),
+            thumbs_down=self.scores.get((conversation.pk, FeedbackScore.DOWN), 0),
         )
-    cursor = ""
-    if len(found) > PAGE_SIZE and page:
-        cursor = make_cursor(page[-1].updated, page[-1].pk)
-    return rows, cursor
 
 
 @dataclass

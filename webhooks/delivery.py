@@ -18,13 +18,10 @@ its lease has run out.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import contextlib
 import http.client
 import itertools
 import logging
-import random
 import threading
 import time
 import urllib.error
@@ -38,7 +35,7 @@ from django.db import connections, transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from common import outbox
+from common import outbound
 from webhooks import signing
 from webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
 
@@ -84,16 +81,7 @@ class Outcome:
 def lease() -> timedelta:
     """How long a claimed attempt is this process's: past it, another may claim it again.
     Well beyond the connect and read timeouts of one attempt."""
-    return timedelta(seconds=4 * settings.AGENTSITE_WEBHOOK_TIMEOUT + 30)
-
-
-def backoff(retries_used: int) -> timedelta:
-    """The wait before the next attempt after `retries_used` attempts failed: the
-    AGENTSITE_WEBHOOK_BACKOFF_SECONDS step (the last repeats), ±20 % so endpoints that
-    failed together are not all retried at the same instant."""
-    steps = settings.AGENTSITE_WEBHOOK_BACKOFF_SECONDS
-    step = steps[min(retries_used, len(steps)) - 1] if steps else 60.0
-    return timedelta(seconds=step * random.uniform(0.8, 1.2))
+    return outbound.lease(settings.AGENTSITE_WEBHOOK_TIMEOUT, waits=4, margin=30)
 
 
 # --- claiming -------------------------------------------------------------------------------
@@ -163,16 +151,6 @@ def claim_due(limit: int) -> list[Claim]:
 # --- sending --------------------------------------------------------------------------------
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is an answer that is not 2xx: the POST is not sent on to another URL."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_opener = urllib.request.build_opener(_NoRedirect)
-
-
 def headers(claim: Claim, timestamp: int | None = None) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
@@ -184,7 +162,8 @@ def headers(claim: Claim, timestamp: int | None = None) -> dict[str, str]:
 
 
 def post(claim: Claim) -> Outcome:
-    """One POST of the claimed delivery, signed now; no database."""
+    """One POST of the claimed delivery, signed now; no database. A redirect is not
+    followed (`outbound.opener`): it is an answer that is not 2xx."""
     request = urllib.request.Request(
         claim.url, data=claim.body, headers=headers(claim), method="POST"
     )
@@ -193,14 +172,12 @@ def post(claim: Claim) -> Outcome:
     code: int | None = None
     error = ""
     try:
-        with _opener.open(request, timeout=timeout) as response:
+        with outbound.opener.open(request, timeout=timeout) as response:
             code = response.status
             response.read(64 * 1024)
     except urllib.error.HTTPError as refused:
         code = refused.code
-        with contextlib.closing(refused):
-            answer = refused.read(ERROR_BODY_CHARS).decode("utf-8", "replace").strip()
-        error = f"HTTP {refused.code} {refused.reason}" + (f": {answer}" if answer else "")
+        error = outbound.refusal(refused, ERROR_BODY_CHARS)
     except TimeoutError:
         error = f"No answer within {timeout:g} s."
     except urllib.error.URLError as failed:
@@ -226,11 +203,17 @@ def record(claim: Claim, outcome: Outcome) -> datetime | None:
     retry_at: datetime | None = None
     if outcome.delivered:
         changes.update(status=DeliveryStatus.DELIVERED, delivered_at=now)
-    elif claim.retries_used >= settings.AGENTSITE_WEBHOOK_MAX_ATTEMPTS:
-        changes.update(status=DeliveryStatus.FAILED)
     else:
-        retry_at = now + backoff(claim.retries_used)
-        changes.update(status=DeliveryStatus.PENDING, next_attempt_at=retry_at)
+        retry_at = outbound.retry_at(
+            claim.retries_used,
+            most=settings.AGENTSITE_WEBHOOK_MAX_ATTEMPTS,
+            steps=settings.AGENTSITE_WEBHOOK_BACKOFF_SECONDS,
+            now=now,
+        )
+        if retry_at is None:
+            changes.update(status=DeliveryStatus.FAILED)
+        else:
+            changes.update(status=DeliveryStatus.PENDING, next_attempt_at=retry_at)
     with transaction.atomic():
         if retry_at is not None:
             # Committed with the retry's time, as the outbox announces its rows.
@@ -329,7 +312,7 @@ def deliver_due(*, wait: bool = True) -> int:
     `wait`, return once they are recorded; else at once (the server's timer). Returns how
     many attempts were started."""
     claims = claim_due(_senders.free())
-    outbox.release_connection()  # before waiting on HTTP
+    outbound.release_connection()  # before waiting on HTTP
     futures = [_senders.submit(claim) for claim in claims]
     if wait:
         concurrent.futures.wait(futures)
@@ -348,41 +331,19 @@ def deliver_all_due(*, rounds: int = 1000) -> int:
     return made
 
 
-# --- who is told to deliver (common/outbox.py) -------------------------------------------
+# --- who is told to deliver (common/outbound.py) ---------------------------------------------
 
-_sender = outbox.Sender(
+_sender = outbound.OutboxSender(
     label="Webhooks",
     round=lambda: deliver_due(wait=False),
     poll_setting="AGENTSITE_WEBHOOK_POLL_SECONDS",
     thread_name="agentsite-webhook-claim",
 )
-Enqueue = outbox.Enqueue
-
-
-def configure(*, enqueue: Enqueue) -> None:
-    """The task enqueuer for the "tasks" mode (once, at startup: `webhooks.apps`)."""
-    _sender.configure(enqueue=enqueue)
-
-
-def announce(at: datetime | None = None) -> None:
-    """Deliveries written in the current transaction are due now (or at `at`): have them
-    sent, by a task enqueued in this very transaction ("tasks") or by this process's timer
-    once it commits ("inprocess"). One nobody was told of is still sent by the next timer
-    tick or `deliver_webhooks`."""
-    _sender.announce(at)
-
-
-def start_timer(loop: asyncio.AbstractEventLoop) -> Any:
-    """Deliver on `loop`'s timer (the "inprocess" mode's web server); None when it already
-    does, when workers deliver ("tasks") or when polling is off."""
-    return _sender.start_timer(loop)
-
-
-def on_server_loop(sender: Any, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
-    _sender.start_timer(loop)
-
-
-def stop_timer(loop: asyncio.AbstractEventLoop) -> asyncio.Task[None] | None:
-    """Stop delivering on `loop`'s timer (tests; a server's loop ends with its process). Call
-    it on `loop`; returns the cancelled task, to await."""
-    return _sender.stop_timer(loop)
+# `configure(enqueue=...)` once at startup (`webhooks.apps`); `announce(at)` in a transaction
+# that wrote deliveries (due now, or at `at`); `on_server_loop`, the receiver of the engine's
+# `server_loop_started`, starts this process's timer; `start_timer`/`stop_timer` for tests.
+configure = _sender.configure
+announce = _sender.announce
+on_server_loop = _sender.on_server_loop
+start_timer = _sender.start_timer
+stop_timer = _sender.stop_timer

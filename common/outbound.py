@@ -1,7 +1,22 @@
-"""Who sends what an outbox holds (webhooks' deliveries, notifications' emails), written once.
+"""Outbound sending, written once for the site's three senders: webhooks' deliveries
+(`webhooks/delivery.py`), notifications' emails (`notifications/sending.py`) and the spans
+forwarded to an OpenTelemetry collector (`tracing/otlp.py`). Each keeps what is its own (what
+it sends, what it logs, which answers it retries); this module keeps the mechanism.
 
-An outbox's rows are written in the transaction of what they announce; sending happens
-elsewhere, by rounds a `Sender` runs:
+Waits. The wait before the next attempt is jittered ±20 %, so that what failed together is
+not tried again at the same instant: a step of a table (the last repeats) after a number of
+failed attempts, until a most (`retry_at`, `stepped_backoff`), or a first wait that doubles
+(`doubling_backoff`).
+
+Claims. An outbox's row is claimed (one conditional UPDATE, by its app) for a `lease` that
+outlasts the network waits its sending may make; past it, another process may claim it
+again: the one that claimed it died.
+
+The POST. `opener` follows no redirect: a redirect is an answer that is not 2xx, and what
+is posted is never sent on to another address. `refusal` is what such an answer said.
+
+Rounds. An outbox's rows are written in the transaction of what they announce; sending
+happens elsewhere, by rounds an `OutboxSender` runs:
 - with the "tasks" executor, a task is enqueued in that very transaction (`announce`: the
   task queue's rows live beside ours, so both commit or neither; its enqueuer is given at
   startup, `configure`);
@@ -20,8 +35,11 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
-from datetime import datetime
+import random
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -33,6 +51,67 @@ logger = logging.getLogger(__name__)
 Enqueue = Callable[[datetime | None], None]
 
 
+# --- waits and claims -------------------------------------------------------------------------
+
+
+def jittered(seconds: float) -> float:
+    """`seconds`, ±20 %."""
+    return seconds * random.uniform(0.8, 1.2)
+
+
+def stepped_backoff(steps: Sequence[float], failures: int) -> timedelta:
+    """The wait after `failures` failed attempts: the step of that number in `steps` (the
+    last repeats; 60 s when there are none), jittered."""
+    step = steps[min(failures, len(steps)) - 1] if steps else 60.0
+    return timedelta(seconds=jittered(step))
+
+
+def retry_at(failures: int, *, most: int, steps: Sequence[float], now: datetime) -> datetime | None:
+    """When to try again after `failures` failed attempts (`stepped_backoff`); None once
+    `most` attempts were made: failed for good."""
+    if failures >= most:
+        return None
+    return now + stepped_backoff(steps, failures)
+
+
+def doubling_backoff(first: float, retry: int) -> float:
+    """Seconds to wait before retry number `retry` (0 the first): `first`, doubling each time,
+    jittered."""
+    return jittered(first * 2**retry)
+
+
+def lease(timeout: float, *, waits: int, margin: float) -> timedelta:
+    """How long a claimed row is its process's: `waits` network waits of `timeout` seconds
+    each, and `margin` more. Past it, another process may claim it again."""
+    return timedelta(seconds=waits * timeout + margin)
+
+
+# --- the POST ---------------------------------------------------------------------------------
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer that is not 2xx (`HTTPError`): the POST is not sent on to
+    another address."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+# Shared by every sender's threads: its handlers keep no state between requests.
+opener = urllib.request.build_opener(NoRedirect)
+
+
+def refusal(refused: urllib.error.HTTPError, limit: int) -> str:
+    """What an answer that is not 2xx said: its status and reason, and the first `limit`
+    bytes of its body, as text. Closes it."""
+    with contextlib.closing(refused):
+        said = refused.read(limit).decode("utf-8", "replace").strip()
+    return f"HTTP {refused.code} {refused.reason}" + (f": {said}" if said else "")
+
+
+# --- rounds -----------------------------------------------------------------------------------
+
+
 def release_connection() -> None:
     """Give this thread's connection back before waiting on the network (not inside a
     transaction: then it is the caller's)."""
@@ -41,7 +120,7 @@ def release_connection() -> None:
 
 
 class _Timer:
-    def __init__(self, sender: Sender, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, sender: OutboxSender, loop: asyncio.AbstractEventLoop) -> None:
         self.sender = sender
         self.loop = loop
         self.wake = asyncio.Event()
@@ -72,7 +151,7 @@ class _Timer:
                 logger.exception("[non-fatal] %s: a sending round failed", self.sender.label)
 
 
-class Sender:
+class OutboxSender:
     """The rounds of one outbox: `round()` sends what is due (on its own thread), every
     `settings.<poll_setting>` seconds on a web server's loop in "inprocess" mode (0: never;
     cron then), and when `announce` says rows were written."""
