@@ -370,37 +370,18 @@ def decide(request: HttpRequest, request_id: Id, body: schemas.DecisionIn) -> di
     caller = _reviewer(request)
     require_scope(caller)
     approval = _get_request(request_id)
-    action = body.action
-    if action == "approve_edited" and body.arguments is None:
-        raise ApiError(422, "approve_edited needs the edited `arguments`.", "invalid")
-    if action != "approve_edited" and body.arguments is not None:
-        raise ApiError(422, "`arguments` go with approve_edited only.", "invalid")
-    if action == "respond" and body.response is None:
-        raise ApiError(422, "respond needs the `response` the agent reads.", "invalid")
-    if action != "respond" and body.response is not None:
-        raise ApiError(422, "`response` goes with respond only.", "invalid")
-    if action != "reject" and (body.message or body.note):
-        raise ApiError(422, "`message` and `note` go with reject only.", "invalid")
-    if action == "approve_edited" and not approval.can_be_edited:
-        # As the inbox offers no edit for it: only a function tool's call is checked against
-        # its tool's JSON schema (an MCP server's tool is not the agent's, whatever its name).
-        raise ApiError(
-            422,
-            "Only a function tool's arguments can be edited, and this call is for a tool of "
-            f"another kind ({approval.get_kind_display()}): approve or reject it as it is.",
-            "invalid_decision",
-        )
     try:
-        decision = runs.decide(
-            approval,
-            caller.user,
-            action in ("approve", "approve_edited"),
-            seen_hash=body.seen_hash,
-            message=body.message if action == "reject" else None,
-            note=body.note if action == "reject" else None,
-            response=body.response if action == "respond" else None,
-            arguments=body.arguments if action == "approve_edited" else None,
+        # Which fields go with which action: `runs.FIELDS`, as the inbox's form reads it.
+        chosen = runs.Decision.of(
+            body.action,
+            message=body.message,
+            note=body.note,
+            response=body.response,
+            arguments=body.arguments,
         )
+        decision = runs.decide(approval, caller.user, chosen, seen_hash=body.seen_hash)
+    except runs.UnfitDecision as unfit:
+        raise ApiError(422, str(unfit), "invalid") from None
     except runs.DecisionRefused as refusal:
         raise _refusal(refusal) from None
     decision.reviewer = caller.user

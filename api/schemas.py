@@ -153,7 +153,10 @@ class DecisionIn(Schema):
         default="", max_length=2_000, pattern=NO_NUL, description="reject: for the agent."
     )
     note: str = Field(
-        default="", max_length=2_000, pattern=NO_NUL, description="reject: for reviewers only."
+        default="",
+        max_length=2_000,
+        pattern=NO_NUL,
+        description="any action: for reviewers only (never sent to the agent).",
     )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from approvals import kinds
 from approvals.models import ApprovalRequest, ToolKind
-from engine import facts, policies, registry
+from engine import facts, policies, registry, runs
 from engine.facts import Fact
 
 ATTRIBUTE = "_explanation"
@@ -179,7 +179,7 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
                 intact=intact,
                 arguments=arguments_for(request.arguments, sheet) if intact else [],
                 facts=facts.for_request(request) if with_facts else [],
-                editable=request.can_be_edited and sheet.editable,
+                editable=not runs.edit_refusal(request, sheet),
                 policy=judged.get(request.pk, (None, None))[0],
                 policy_now=judged.get(request.pk, (None, None))[1],
                 kind=request.kind,

@@ -127,11 +127,11 @@ def _text_box(rows: int, max_length: int = runs.MAX_MESSAGE_CHARS) -> forms.Char
 
 class DecisionForm(forms.Form):
     ACTIONS = [
-        ("approve", "Approve"),
-        ("approve_always", "Approve always (this run)"),
-        ("reject", "Reject"),
-        ("respond", "Respond as the tool"),
-        ("approve_edited", "Approve with these arguments"),
+        (runs.Action.APPROVE, "Approve"),
+        (runs.Action.APPROVE_ALWAYS, "Approve always (this run)"),
+        (runs.Action.REJECT, "Reject"),
+        (runs.Action.RESPOND, "Respond as the tool"),
+        (runs.Action.APPROVE_EDITED, "Approve with these arguments"),
     ]
 
     action = forms.ChoiceField(choices=ACTIONS)
@@ -146,32 +146,36 @@ class DecisionForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        if cleaned.get("action") == "respond" and not cleaned.get("response"):
-            self.add_error(
-                "response",
-                "Write the result the agent should read as the tool's output; it is empty.",
-            )
+        # An edit's arguments come from the `ArgumentsForm` beside it (`decided(arguments)`).
+        if cleaned.get("action") not in (None, runs.Action.APPROVE_EDITED):
+            try:
+                self.decided()
+            except runs.InvalidDecision as refused:
+                respond = cleaned["action"] == runs.Action.RESPOND
+                self.add_error("response" if respond else None, str(refused))
         return cleaned
-
-    @property
-    def approve(self) -> bool:
-        return self.cleaned_data["action"] not in ("reject", "respond")
 
     @property
     def edits(self) -> bool:
         """Edit, then approve: the arguments come from the `ArgumentsForm` beside it."""
-        return self.cleaned_data["action"] == "approve_edited"
+        return self.cleaned_data["action"] == runs.Action.APPROVE_EDITED
 
-    @property
-    def tool_output(self) -> str | None:
-        """The tool's output the reviewer wrote, when answering as the tool."""
-        if self.cleaned_data["action"] != "respond":
-            return None
-        return str(self.cleaned_data["response"])
+    def decided(self, arguments: dict[str, Any] | None = None) -> runs.Decision:
+        """The decision posted. The page's one form posts every box: the button pressed
+        says which of them go with it (`runs.FIELDS`), the others are left out.
 
-    @property
-    def always(self) -> bool:
-        return self.cleaned_data["action"] == "approve_always"
+        Raises:
+            InvalidDecision: an empty or too long answer as the tool.
+        """
+        data = self.cleaned_data
+        return runs.Decision.of(
+            data["action"],
+            strict=False,
+            message=data.get("message"),
+            note=data.get("note"),
+            response=data.get("response"),
+            arguments=arguments,
+        )
 
 
 class RequestIdsField(forms.Field):
@@ -223,7 +227,15 @@ class BulkDecisionForm(forms.Form):
 
     @property
     def approve(self) -> bool:
-        return self.cleaned_data["action"] == "approve"
+        return self.cleaned_data["action"] == runs.Action.APPROVE
+
+    def decided(self) -> runs.Decision:
+        """The decision each selected request gets: a rejection's message and note, the same
+        for each; an approval's note (`runs.FIELDS`)."""
+        data = self.cleaned_data
+        return runs.Decision.of(
+            data["action"], strict=False, message=data.get("message"), note=data.get("note")
+        )
 
     def is_confirmed(self) -> bool:
         """Whether this POST carries a confirmation that holds: the second step. A token

@@ -74,6 +74,28 @@ class DecisionKind(models.TextChoices):
     # Nobody decided in time and the expiry policy approved it (the tool's author allows it).
     EXPIRY_APPROVED = "expiry_approved", "Approved on expiry"
 
+    @property
+    def approves(self) -> bool:
+        """Whether the call runs."""
+        return self in APPROVING_KINDS
+
+    @property
+    def status(self) -> ApprovalStatus:
+        """The status a decision of this kind gives its request."""
+        return REQUEST_STATUS[self]
+
+
+APPROVING_KINDS = (DecisionKind.APPROVED, DecisionKind.EDITED, DecisionKind.EXPIRY_APPROVED)
+REQUEST_STATUS = {
+    DecisionKind.APPROVED: ApprovalStatus.APPROVED,
+    DecisionKind.EDITED: ApprovalStatus.APPROVED,
+    DecisionKind.EXPIRY_APPROVED: ApprovalStatus.APPROVED,
+    DecisionKind.REJECTED: ApprovalStatus.REJECTED,
+    DecisionKind.RESPONDED: ApprovalStatus.RESPONDED,
+    DecisionKind.WITHDRAWN: ApprovalStatus.WITHDRAWN,
+    DecisionKind.EXPIRED: ApprovalStatus.EXPIRED,
+}
+
 
 class ExpiryAction(models.TextChoices):
     """What happens to a request nobody decided in time (its expiry policy)."""

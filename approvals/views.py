@@ -197,10 +197,8 @@ def arguments_form(approval: ApprovalRequest, data: Any = None) -> ArgumentsForm
     """The form to edit the call's arguments before approving, prefilled with the model's;
     None when they cannot be edited (not a function tool's call, the tool's author forbids
     it, the tool is gone, or the stored arguments were changed outside agentsite)."""
-    if not approval.can_be_edited:
-        return None
     sheet = registry.tool_sheet(approval.run.agent_name, approval.agent_name, approval.tool_name)
-    if not sheet.editable:
+    if runs.edit_refusal(approval, sheet):
         return None
     return ArgumentsForm(sheet, approval.arguments, data=data)
 
@@ -257,13 +255,14 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
 # --- deciding -------------------------------------------------------------------------------
 
 
-def _decided_message(
-    approval: ApprovalRequest, approve: bool, always: bool, responded: bool = False
-) -> str:
-    if responded:
+def _decided_message(approval: ApprovalRequest, decision: runs.Decision) -> str:
+    if decision.action == runs.Action.RESPOND:
         return f"Answered {approval.call_display()} as the tool; it did not run."
-    verb = "Approved" if approve else "Rejected"
-    suffix = " for the rest of this run" if always else ""
+    if decision.arguments is not None:
+        shown = format_call(approval.tool_name, decision.arguments)
+        return f"Approved with edited arguments: {shown}."
+    verb = "Approved" if decision.approves else "Rejected"
+    suffix = " for the rest of this run" if decision.always else ""
     return f"{verb} {approval.call_display()}{suffix}."
 
 
@@ -278,7 +277,6 @@ def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     in_row = bool(request.htmx) and request.htmx.target == f"request-{pk}"
     detail_url = reverse("inbox_request", args=[pk])
     edit_form: ArgumentsForm | None = None
-    edited: dict[str, Any] | None = None
     valid = form.is_valid()
     if valid and form.edits:
         edit_form = arguments_form(approval, request.POST)
@@ -287,8 +285,6 @@ def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             valid = False
         elif not edit_form.is_valid():
             valid = False
-        else:
-            edited = edit_form.edited
     if not valid:
         if request.htmx:
             # htmx swaps only 2xx answers; the reviewer must see what to fix.
@@ -296,26 +292,13 @@ def decide_request(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         context = _detail_context(approval, form, edit_form)
         return render(request, "approvals/request_detail.html", context, status=400)
 
+    decision = form.decided(edit_form.edited if edit_form is not None else None)
     try:
-        runs.decide(
-            approval,
-            request.user,
-            form.approve,
-            message=form.cleaned_data["message"],
-            always=form.always,
-            seen_hash=form.cleaned_data["seen_hash"],
-            note=form.cleaned_data["note"],
-            response=form.tool_output,
-            arguments=edited,
-        )
+        runs.decide(approval, request.user, decision, seen_hash=form.cleaned_data["seen_hash"])
     except runs.DecisionRefused as refusal:
         notice, ok = str(refusal), False
     else:
-        responded = form.tool_output is not None
-        notice, ok = _decided_message(approval, form.approve, form.always, responded), True
-        if edited is not None:
-            shown = format_call(approval.tool_name, edited)
-            notice = f"Approved with edited arguments: {shown}."
+        notice, ok = _decided_message(approval, decision), True
 
     if request.htmx:
         approval = _get_request_for_reviewer(request, pk)
@@ -374,12 +357,7 @@ def bulk_decide(request: HtmxHttpRequest) -> HttpResponse:
     found = {a.pk: a for a in ApprovalRequest.objects.filter(pk__in=ids)}
     outcomes: list[dict[str, Any]] = []
     decided = 0
-    # A rejection's message and note, the same for each; an approval has neither.
-    words = (
-        {}
-        if form.approve
-        else {"message": form.cleaned_data["message"], "note": form.cleaned_data["note"]}
-    )
+    decision = form.decided()
     for pk in ids:
         approval = found.get(pk)
         if approval is None:
@@ -388,7 +366,7 @@ def bulk_decide(request: HtmxHttpRequest) -> HttpResponse:
         try:
             # The hash the confirmation showed (its token covers it): what changed since is
             # refused by the engine, as is what was decided or expired in between.
-            runs.decide(approval, request.user, form.approve, seen_hash=form.seen_hash(pk), **words)
+            runs.decide(approval, request.user, decision, seen_hash=form.seen_hash(pk))
         except runs.DecisionRefused as refusal:
             text = f"{approval.call_display()}: {refusal}"
             outcomes.append({"pk": pk, "ok": False, "text": text})

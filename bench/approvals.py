@@ -59,7 +59,7 @@ def site_cycles(count: int, reviewer: Any) -> tuple[list[float], list[float]]:
                     request = await ApprovalRequest.objects.aget(run_id=run.pk)
 
                     started = time.perf_counter()
-                    await runs.adecide(request.pk, reviewer, True)
+                    await runs.adecide(request.pk, reviewer, runs.Decision.approve())
                     await runs.resume(run.pk)
                     resumes.append(time.perf_counter() - started)
 

@@ -156,7 +156,7 @@ def test_a_hosted_mcp_approval_is_decided_here_and_the_resumed_run_carries_it(
     )
     assert request.arguments == {"repo": "openai/openai-agents-python"}
 
-    runs.decide(request, make_reviewer(), approve=False, message="Not that repository")
+    runs.decide(request, make_reviewer(), runs.Decision.reject("Not that repository"))
     run = executed(run, "resume")
 
     assert run.status == RunStatus.COMPLETED, run.error
@@ -184,7 +184,7 @@ def test_always_approves_the_same_hosted_server_and_tool_only(
     run = executed(start(settings, agent))
     (first,) = pending(run)
     rita = make_reviewer()
-    runs.decide(first, rita, approve=True, always=True)
+    runs.decide(first, rita, runs.Decision.approve(always=True))
     run = executed(run, "resume")
 
     assert run.status == RunStatus.WAITING, run.error
@@ -197,7 +197,7 @@ def test_always_approves_the_same_hosted_server_and_tool_only(
     assert responses == {"mcpr_1": True}
 
     for request in second:
-        runs.decide(request, rita, approve=True)
+        runs.decide(request, rita, runs.Decision.approve())
     run = executed(run, "resume")
     assert run.status == RunStatus.COMPLETED, run.error
     responses = {r["approval_request_id"]: r["approve"] for r in approval_responses(model)}
@@ -210,7 +210,7 @@ def test_a_hosted_mcp_call_cannot_be_answered_as_the_tool(settings: Any, submitt
     (request,) = pending(run)
 
     with pytest.raises(runs.InvalidDecision, match="cannot be answered as the tool"):
-        runs.decide(request, make_reviewer(), approve=False, response="42 stars")
+        runs.decide(request, make_reviewer(), runs.Decision.respond("42 stars"))
     request.refresh_from_db()
     assert request.status == ApprovalStatus.PENDING
 
@@ -283,7 +283,7 @@ def test_a_shell_call_shows_its_commands_and_a_rejection_runs_nothing(
         "timeout_ms": 5000,
     }
 
-    runs.decide(request, make_reviewer(), approve=False, message="Not on production")
+    runs.decide(request, make_reviewer(), runs.Decision.reject("Not on production"))
     run = executed(run, "resume")
 
     assert run.status == RunStatus.COMPLETED, run.error
@@ -299,7 +299,7 @@ def test_an_approved_shell_call_runs_once(settings: Any, submitted: list) -> Non
     model = ScriptedModel([streamed(shell_call(["date"])), [assistant_message("It ran.")]])
     tool = ShellTool(executor=recorder.shell, needs_approval=True)
     run = executed(start(settings, Agent(name="Ops", model=model, tools=[tool])))
-    runs.decide(pending(run)[0], make_reviewer(), approve=True)
+    runs.decide(pending(run)[0], make_reviewer(), runs.Decision.approve())
     run = executed(run, "resume")
 
     assert run.status == RunStatus.COMPLETED, run.error
@@ -324,7 +324,7 @@ def test_a_patch_pauses_with_its_diff_and_runs_once_when_approved(
     assert request.arguments == {"type": "update_file", "path": "app.py", "diff": diff}
     assert recorder.patches == []
 
-    runs.decide(request, make_reviewer(), approve=True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     run = executed(run, "resume")
 
     assert run.status == RunStatus.COMPLETED, run.error
@@ -357,7 +357,8 @@ def test_the_chat_shows_each_kind_of_call_with_what_answered_it(
     run = executed(start(settings, agent))
     for approve in (True, False, True):
         assert run.status == RunStatus.WAITING, run.error
-        runs.decide(pending(run)[0], make_reviewer(), approve=approve, message="Not today")
+        decision = runs.Decision.approve() if approve else runs.Decision.reject("Not today")
+        runs.decide(pending(run)[0], make_reviewer(), decision)
         run = executed(run, "resume")
     assert run.status == RunStatus.COMPLETED, run.error
 
@@ -409,7 +410,7 @@ def test_an_agent_used_as_a_tool_with_needs_approval_pauses_and_runs_once(
     )
     assert inner_model.calls == ()  # the sub-agent has not run
 
-    runs.decide(request, make_reviewer(), approve=True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     run = executed(run, "resume")
 
     assert run.status == RunStatus.COMPLETED, run.error

@@ -57,7 +57,7 @@ def test_it_renders_the_changelists_and_change_pages(admin_client: Client, submi
     run = paused_run(submitted)
     request = run.approval_requests.get()
     reviewer = grant(make_user(username="rita"), REVIEWER)
-    runs.decide(request, reviewer, False, message="Not this one.")
+    runs.decide(request, reviewer, runs.Decision.reject("Not this one."))
     decision = ApprovalDecision.objects.get()
 
     for url in (RUNS, REQUESTS, DECISIONS):
@@ -142,7 +142,7 @@ def test_it_keeps_decisions_append_only_even_for_a_superuser(
 ) -> None:
     run = paused_run(submitted)
     reviewer = grant(make_user(username="rita"), REVIEWER)
-    runs.decide(run.approval_requests.get(), reviewer, True)
+    runs.decide(run.approval_requests.get(), reviewer, runs.Decision.approve())
     decision = ApprovalDecision.objects.get()
 
     assert admin_client.get(f"{DECISIONS}add/").status_code == 403

@@ -312,10 +312,13 @@ def test_screenshots_of_the_inbox(
 
     def decide_the_others() -> None:
         for other in ApprovalRequest.objects.exclude(pk=request.pk):
-            approve = other.tool_name != "issue_refund"
-            message = "" if approve else "Over the limit for order 7; refund 50 and escalate."
-            always = other.tool_name == "send_email"
-            runs.decide(other, ravi, approve, message=message, always=always)
+            if other.tool_name == "issue_refund":
+                decision = runs.Decision.reject(
+                    "Over the limit for order 7; refund 50 and escalate."
+                )
+            else:
+                decision = runs.Decision.approve(always=other.tool_name == "send_email")
+            runs.decide(other, ravi, decision)
 
     in_thread(decide_the_others)
     page.goto(f"{live_site.url}/inbox/history/")

@@ -333,7 +333,7 @@ def test_after_a_rejection_the_reply_says_so(
 ) -> None:
     run = turn(client_for_alice, conversation, "cancel order 42")
     rita = make_user(perms=[REVIEWER], username="rita")
-    runs.decide(ApprovalRequest.objects.get(run=run), rita, False)
+    runs.decide(ApprovalRequest.objects.get(run=run), rita, runs.Decision.reject())
 
     resuming = page_text(client_for_alice.get(f"/chats/{conversation.session_id}/"))
     assert f"Not approved by rita: {CANCEL_42}" in resuming

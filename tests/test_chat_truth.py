@@ -213,7 +213,7 @@ async def test_the_request_page_stops_saying_waiting_for_you_once_decided() -> N
     )
     assert connected
 
-    await sync_to_async(runs.decide)(request.pk, bob, False)
+    await sync_to_async(runs.decide)(request.pk, bob, runs.Decision.reject())
 
     frame = await communicator.receive_from(timeout=2)
     assert f'{state} hx-swap-oob="true">rejected by bob</span>' in frame

@@ -130,11 +130,11 @@ def test_it_refuses_a_decision_on_an_expired_request(submitted: list) -> None:
 
     # Overdue but not yet swept: already too late.
     with pytest.raises(runs.RequestExpired, match="expired at"):
-        runs.decide(request, reviewer, True)
+        runs.decide(request, reviewer, runs.Decision.approve())
     command("expire_approvals")
     # Swept: still too late, and the expiry stays the only decision.
     with pytest.raises(runs.RequestExpired, match="expired at"):
-        runs.decide(request, reviewer, True)
+        runs.decide(request, reviewer, runs.Decision.approve())
 
     assert ApprovalDecision.objects.filter(request=request).count() == 1
     request.refresh_from_db()
@@ -165,7 +165,7 @@ def test_it_fails_a_stuck_run_and_executes_nothing(submitted: list) -> None:
 
 def test_it_resubmits_a_lost_resume_and_the_tool_runs_once(submitted: list) -> None:
     run = pause_run()
-    runs.decide(run.approval_requests.get(), make_reviewer(), True)
+    runs.decide(run.approval_requests.get(), make_reviewer(), runs.Decision.approve())
     # The process that was to resume it died: the job is lost, the run says "resuming".
     age(run, RunStatus.RESUMING, seconds=3600)
 

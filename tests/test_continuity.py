@@ -158,7 +158,7 @@ def test_a_pause_after_a_handoff_resumes_on_billing_and_the_inbox_names_it(
     inbox = reviewer.get("/inbox/").text
     assert '<span class="chip">Billing</span>' in inbox
 
-    runs.decide(request, rita, True)
+    runs.decide(request, rita, runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error
@@ -182,7 +182,7 @@ def test_a_changed_billing_fails_the_paused_run_closed(
     assert run.status == RunStatus.WAITING, run.error
 
     monkeypatch.setattr(billing, "tools", [scripted.delete_account])  # a deploy changed it
-    runs.decide(run.approval_requests.get(), make_reviewer(), True)
+    runs.decide(run.approval_requests.get(), make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED

@@ -223,7 +223,7 @@ def test_each_kind_of_call_is_shown_without_inline_code(client: Client, admin: A
     assert 'class="diff-line diff-add"' in confirm.content.decode()
     assert inline_code(confirm.content.decode()) == []
     for request in made:
-        runs.decide(request, admin, True)
+        runs.decide(request, admin, runs.Decision.approve())
     history = client.get("/inbox/history/").content.decode()
     assert 'class="tool-server"' in history and 'class="shell-command"' in history
     assert inline_code(history) == []

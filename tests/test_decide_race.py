@@ -121,7 +121,8 @@ def race(*actions: Callable[[], Any]) -> list[Any]:
 def deciding(request: ApprovalRequest, reviewer: Any, approve: bool) -> Callable[[], str]:
     def decide() -> str:
         try:
-            runs.decide(request.pk, reviewer, approve)
+            decision = runs.Decision.approve() if approve else runs.Decision.reject()
+            runs.decide(request.pk, reviewer, decision)
         except runs.AlreadyDecided as refusal:
             return str(refusal)
         return "won"

@@ -42,7 +42,7 @@ def ask(user: Any, text: str) -> AgentRun:
     run.refresh_from_db()
     if run.status == RunStatus.WAITING:
         for request in run.approval_requests.pending():
-            runs.decide(request.pk, make_reviewer(), True)
+            runs.decide(request.pk, make_reviewer(), runs.Decision.approve())
         asyncio.run(runs.resume(run.pk))
         run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error

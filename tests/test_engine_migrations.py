@@ -95,7 +95,7 @@ def test_a_run_waiting_on_an_edited_version_across_the_upgrade_resumes_once_on_i
     assert (run.branch, run.status) == ("edit-1", RunStatus.WAITING)
     assert AgentRun.objects.get(pk=first.pk).branch == "main"
     request = run.approval_requests.get()
-    runs.decide(request.pk, make_reviewer(), True)
+    runs.decide(request.pk, make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     asyncio.run(runs.resume(run.pk))  # a second job for it finds nothing to do
 

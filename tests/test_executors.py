@@ -54,7 +54,7 @@ def approval_cycle(describe: Callable[[], str] = lambda: "") -> None:
     assert request.tool_name == "cancel_order"
     assert OrderEvent.objects.count() == 0, "the tool ran before it was approved"
 
-    runs.decide(request, make_reviewer(), True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     wait_for(run, RunStatus.COMPLETED, describe)
 
     assert "cancelled" in run.final_output, run.final_output

@@ -259,7 +259,7 @@ def test_approve_on_expiry_runs_the_tool_once_where_its_author_allows_it(
     assert "data-expiry-approved" in page
     # A late reviewer reads who decided.
     with pytest.raises(runs.AlreadyDecided, match="Already approved by the expiry policy"):
-        runs.decide(request, make_reviewer("bob"), False)
+        runs.decide(request, make_reviewer("bob"), runs.Decision.reject())
 
 
 @pytest.mark.django_db(transaction=True)
@@ -396,9 +396,11 @@ def test_a_reviewers_decision_racing_the_escalation_is_safe(
     request = overdue_escalating()
     # Overdue and not escalated yet: a reviewer is told it is on its way to the group.
     with pytest.raises(runs.RequestExpired, match="being escalated to Supervisors"):
-        runs.decide(request, rita, True)
+        runs.decide(request, rita, runs.Decision.approve())
 
-    [swept, decided] = at_once(runs.expire_overdue, lambda: runs.decide(request, rita, True))
+    [swept, decided] = at_once(
+        runs.expire_overdue, lambda: runs.decide(request, rita, runs.Decision.approve())
+    )
     assert swept is None
     assert escalated == [(request.pk, "Supervisors")]  # escalated once, whoever went first
     request.refresh_from_db()
@@ -409,7 +411,7 @@ def test_a_reviewers_decision_racing_the_escalation_is_safe(
     else:  # before it: refused, and it waits for the group
         assert isinstance(decided, runs.RequestExpired)
         assert request.is_pending and decisions == []
-        runs.decide(request, rita, True)  # escalated: open again
+        runs.decide(request, rita, runs.Decision.approve())  # escalated: open again
         assert ApprovalRequest.objects.get(pk=request.pk).status == ApprovalStatus.APPROVED
 
     # At the second deadline the sweep and a late reviewer race: one decision, whoever wins.
@@ -418,7 +420,9 @@ def test_a_reviewers_decision_racing_the_escalation_is_safe(
     ApprovalRequest.objects.filter(pk=other.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
-    [swept, decided] = at_once(runs.expire_overdue, lambda: runs.decide(other, rita, True))
+    [swept, decided] = at_once(
+        runs.expire_overdue, lambda: runs.decide(other, rita, runs.Decision.approve())
+    )
     assert swept is None and isinstance(decided, runs.RequestExpired)
     assert ApprovalDecision.objects.filter(request=other).count() == 1
     assert ApprovalRequest.objects.get(pk=other.pk).status == ApprovalStatus.EXPIRED

@@ -86,7 +86,7 @@ def test_a_run_whose_tool_output_and_arguments_hold_them_pauses_resumes_and_comp
     assert run.status == RunStatus.WAITING, run.error
     request = run.approval_requests.get()
     assert request.arguments == {"query": NUL}
-    runs.decide(request.pk, make_reviewer(), True)
+    runs.decide(request.pk, make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     run = AgentRun.objects.get(pk=run.pk)
     assert run.status == RunStatus.COMPLETED, run.error

@@ -239,7 +239,7 @@ def test_the_request_page_of_a_decided_request_shows_the_decision(
     client: Client, rita: Any
 ) -> None:
     request = make_request()
-    runs.decide(request, rita, False, message=f"no {XSS}")
+    runs.decide(request, rita, runs.Decision.reject(f"no {XSS}"))
     html = text(client.get(reverse("inbox_request", args=[request.pk])))
     assert "Rejected" in html and "by <strong>rita</strong>" in html
     assert XSS not in html and "no &lt;script&gt;" in html
@@ -437,7 +437,7 @@ def test_bulk_reports_each_outcome_over_htmx(client: Client, rita: Any) -> None:
     data = {"action": "reject", "ids": [first.pk, second.pk, third.pk, gone.pk]}
     asked = client.post(reverse("inbox_bulk_decide"), data, **HTMX)
     # Between the confirmation and its answer: decided by bob, deleted.
-    runs.decide(second, make_reviewer("bob"), True)
+    runs.decide(second, make_reviewer("bob"), runs.Decision.approve())
     gone_pk = gone.pk
     gone.run.delete()
 
@@ -472,9 +472,9 @@ def test_history_lists_decisions_and_filters_them(client: Client, rita: Any) -> 
     rejected = make_request(tool_name="issue_refund", agent_name="Billing", arguments={"a": 1})
     always = make_request(tool_name="send_email", arguments={"body": XSS})
     expired = make_request(tool_name="wire_money", expires_at=timezone.now() - timedelta(seconds=1))
-    runs.decide(approved, rita, True)
-    runs.decide(rejected, bob, False, message=f"not now {XSS}")
-    runs.decide(always, rita, True, always=True)
+    runs.decide(approved, rita, runs.Decision.approve())
+    runs.decide(rejected, bob, runs.Decision.reject(f"not now {XSS}"))
+    runs.decide(always, rita, runs.Decision.approve(always=True))
     assert runs.expire_overdue() == 1
     pending = make_request(tool_name="lookup_order")
 

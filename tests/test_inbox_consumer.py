@@ -117,7 +117,7 @@ async def test_a_decision_by_another_reviewer_updates_every_open_page() -> None:
     other_detail, _ = await open_socket(rita, f"/ws/inbox/?show=request&request={other.pk}")
     history, _ = await open_socket(rita, "/ws/inbox/")
 
-    await runs.adecide(request.pk, bob, True, message="fine")
+    await runs.adecide(request.pk, bob, runs.Decision.approve(note="fine"))
 
     row = await inbox.receive_from(timeout=2)
     assert row.startswith(
@@ -177,7 +177,7 @@ async def test_an_inbox_filtered_by_kind_or_server_gets_only_its_rows() -> None:
     # Its decision reaches the list it is in, and only that one.
     by_server, _ = await open_socket(rita, "/ws/inbox/?show=pending&server=warehouse")
     other, _ = await open_socket(rita, "/ws/inbox/?show=pending&server=deepwiki")
-    await runs.adecide(served.pk, rita, True)
+    await runs.adecide(served.pk, rita, runs.Decision.approve())
     assert f'<li id="request-{served.pk}"' in await by_server.receive_from(timeout=2)
     assert (await other.receive_from(timeout=2)).startswith('<span id="pending-count"')
     for socket in (by_server, other):
@@ -187,7 +187,7 @@ async def test_an_inbox_filtered_by_kind_or_server_gets_only_its_rows() -> None:
 async def test_a_stale_hint_pushes_only_the_count_and_the_socket_decides_nothing() -> None:
     rita = await sync_to_async(make_reviewer)()
     request = await sync_to_async(make_request)()
-    await sync_to_async(runs.decide)(request, rita, True)
+    await sync_to_async(runs.decide)(request, rita, runs.Decision.approve())
     request = await ApprovalRequest.objects.select_related("run").aget(pk=request.pk)
     communicator, _ = await open_socket(rita)
 
@@ -277,7 +277,7 @@ async def test_twenty_inboxes_get_the_same_row_rendered_once(renders: dict) -> N
     assert renders["row"] == ["/inbox/"] and len(renders["count"]) == 1
 
     # The next event renders afresh: a decision of the same request, seen by the same sockets.
-    await runs.adecide(request.pk, rita, False)
+    await runs.adecide(request.pk, rita, runs.Decision.reject())
     frames = [await socket.receive_from(timeout=3) for socket in sockets]
     assert len(set(frames)) == 1
     assert frames[0].startswith(
@@ -335,7 +335,7 @@ async def test_each_view_gets_its_own_fragment_rendered_once(renders: dict) -> N
     assert sorted(renders["row"]) == sorted(backs.values()) and len(renders["count"]) == 4
 
     # Its decision: the decided row in the lists it is in, the panel on its own page.
-    await runs.adecide(request.pk, rita, True, message="fine")
+    await runs.adecide(request.pk, rita, runs.Decision.approve(note="fine"))
     decided = await frames()
     badge = decided["count"]
     assert 'data-title-count="1"' in badge

@@ -263,7 +263,8 @@ def test_bulk_confirmation_and_history_show_the_server_and_the_call(
     assert XSS not in confirm
 
     for name in ("mcp", "hosted", "shell", "patch", "delete"):
-        runs.decide(each_kind[name], rita, name != "shell", message="no")
+        decision = runs.Decision.approve() if name != "shell" else runs.Decision.reject("no")
+        runs.decide(each_kind[name], rita, decision)
     history = text(client.get(reverse("inbox_history")))
     assert (
         "cancel_order(sku=&quot;grinder&quot;, quantity=5)</a>"
@@ -328,7 +329,7 @@ def test_the_inbox_history_and_api_filter_by_kind_and_by_server(
     assert api(client, secret, "/requests?kind=teleport").status_code == 422
 
     for name in ("mcp", "hosted", "shell"):
-        runs.decide(each_kind[name], rita, True)
+        runs.decide(each_kind[name], rita, runs.Decision.approve())
     history = text(client.get(reverse("inbox_history"), {"server": "deepwiki"}))
     assert "hosted MCP server deepwiki" in history and "MCP server warehouse" not in history
     history = text(client.get(reverse("inbox_history"), {"kind": "shell"}))
@@ -728,7 +729,7 @@ def test_the_engine_refuses_an_edit_of_a_call_that_is_not_a_function_tools(
     before = request.arguments
 
     with pytest.raises(runs.InvalidDecision, match="Only a function tool's arguments"):
-        runs.decide(request, make_reviewer(), approve=True, arguments={"order_id": 7})
+        runs.decide(request, make_reviewer(), runs.Decision.edit({"order_id": 7}))
     request.refresh_from_db()
     assert request.status == ApprovalStatus.PENDING and request.arguments == before
 

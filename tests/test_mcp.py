@@ -106,7 +106,7 @@ def test_a_local_servers_write_tool_pauses_and_runs_once_after_approval(
     assert restocks(data) == []  # the server was asked nothing yet
     assert run.state["$stateBinding"]["mcp"] == ["Warehouse/warehouse"]
 
-    runs.decide(request, make_reviewer(), approve=True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     assert submitted[-1] == ("resume", run.pk)
     run = executed(run, "resume")
 
@@ -136,7 +136,7 @@ def test_a_run_lists_a_servers_tools_once_and_its_model_is_given_what_was_finger
     assert run.status == RunStatus.WAITING, run.error  # two turns of the agent
     assert listings == ["warehouse"]
 
-    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), approve=True)
+    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), runs.Decision.approve())
     run = executed(run, "resume")
     assert run.status == RunStatus.COMPLETED, run.error
     assert listings == ["warehouse", "warehouse"]  # the resume's copy: once more, once
@@ -148,7 +148,7 @@ def test_a_server_whose_tools_changed_since_the_pause_fails_the_resume_closed(
     server = stdio_warehouse(data)
     run = executed(start(settings, warehouse_agent(server, RESTOCK, DONE)))
     assert run.status == RunStatus.WAITING, run.error
-    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), approve=True)
+    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), runs.Decision.approve())
 
     # The server now lists one tool more (the same command, a newer version of it).
     assert server.params.env is not None
@@ -234,7 +234,7 @@ def test_over_streamable_http_the_call_pauses_and_runs_once(
     request = ApprovalRequest.objects.get(run=run)
     assert (request.kind, request.server) == (ToolKind.MCP, "warehouse")
 
-    runs.decide(request, make_reviewer(), approve=True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     run = executed(run, "resume")
 
     assert run.status == RunStatus.COMPLETED, run.error
@@ -271,7 +271,7 @@ def test_the_demos_warehouse_agent_restocks_through_its_mcp_server_after_approva
         {"sku": "grinder", "quantity": 5},
     )
 
-    runs.decide(request, make_reviewer(), approve=True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     run = executed(run, "resume")
     assert run.status == RunStatus.COMPLETED, run.error
     assert "Ordered 5 × grinder" in run.final_output
@@ -339,7 +339,9 @@ def test_always_approves_the_same_mcp_tool_for_the_rest_of_the_run(
     again = [function_call("restock", {"sku": "mug", "quantity": 3}, call_id="call_restock_2")]
     agent = warehouse_agent(stdio_warehouse(data), RESTOCK, again, DONE)
     run = executed(start(settings, agent))
-    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), approve=True, always=True)
+    runs.decide(
+        ApprovalRequest.objects.get(run=run), make_reviewer(), runs.Decision.approve(always=True)
+    )
     run = executed(run, "resume")
 
     assert run.status == RunStatus.COMPLETED, run.error

@@ -233,7 +233,7 @@ def test_a_request_decided_before_its_email_goes_is_not_sent() -> None:
     ines = opted_in("ines")
     request = make_request()
     announce(request)
-    runs.decide(request, ines, False, message="No.")
+    runs.decide(request, ines, runs.Decision.reject("No."))
     sending.send_all_due()
     assert mail.outbox == []
     assert set(Notification.objects.values_list("status", flat=True)) == {

@@ -306,7 +306,7 @@ def test_a_real_approval_is_exported_with_its_decision(
     run = runs.start_run(conversation, "cancel order 42", owner)
     asyncio.run(runs.execute(run.pk))
     traces.flush()  # stored before the reviewer decides, as a second later in production
-    runs.decide(run.approval_requests.get(), make_reviewer("rita"), True, message="Fine by me")
+    runs.decide(run.approval_requests.get(), make_reviewer("rita"), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error
@@ -324,7 +324,6 @@ def test_a_real_approval_is_exported_with_its_decision(
         "agentsite.approval.decision": "approve",
         "agentsite.approval.reviewer": "rita",
         "agentsite.approval.tool": "cancel_order",
-        "agentsite.approval.message": "Fine by me",
         "agentsite.approval.always": False,
     }
     by_id = {span.span_id: span for span in got}

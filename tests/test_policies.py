@@ -239,7 +239,7 @@ def test_a_pause_with_one_call_decided_by_a_rule_waits_for_the_other_then_runs_b
     client.force_login(run.conversation.owner)
     chat = client.get(reverse("chat", args=[run.conversation.session_id])).content.decode()
     assert "Approved by policy approve refunds ≤ 20" in chat
-    runs.decide(by_call["call_1"], make_reviewer(), True)
+    runs.decide(by_call["call_1"], make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     assert AgentRun.objects.get(pk=run.pk).status == RunStatus.COMPLETED
     assert sorted(scripted.EXECUTED) == [("wire_money", ("a", 10)), ("wire_money", ("b", 90))]
@@ -549,7 +549,7 @@ def test_the_request_page_of_a_call_a_rule_decided_names_the_rule(
     assert "amount 15 is at most 20" in page
     # Deciding it again is refused with who decided.
     with pytest.raises(runs.AlreadyDecided, match="Already approved by policy approve refunds"):
-        runs.decide(request, make_reviewer(username="rex"), False)
+        runs.decide(request, make_reviewer(username="rex"), runs.Decision.reject())
 
 
 # --- the gate: rules over tools that need no approval of their own ------------------------------
@@ -603,7 +603,7 @@ def test_an_ask_rule_stops_a_tool_that_needs_no_approval_of_its_own(settings: An
     assert run.status == RunStatus.WAITING and request.is_pending
     assert request.verdict["policy_name"] == "ask before look-ups of acme"
     assert scripted.EXECUTED == [("look_up", "acme")]  # not again
-    runs.decide(request, make_reviewer(), True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     assert AgentRun.objects.get(pk=run.pk).status == RunStatus.COMPLETED
     assert scripted.EXECUTED == [("look_up", "acme")] * 2

@@ -317,7 +317,7 @@ def test_an_approval_inside_an_agent_used_as_a_tool_resumes_through_the_server(
     assert (request.tool_name, request.origin) == ("search_knowledge_base", "agent_as_tool")
     assert [r.body.get("stream") for r in local_provider.requests] == [True, None]
 
-    runs.decide(request, make_reviewer(), True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     run = settle(run)
 
     assert run.status == RunStatus.COMPLETED, run.error

@@ -40,7 +40,7 @@ def outputs_for(run: AgentRun, call_id: str) -> list[dict[str, Any]]:
 def approved_pause() -> AgentRun:
     """A demo run paused on cancel_order(42) and approved: resuming, its job not yet run."""
     run = pause_run("cancel order 42")
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
+    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
     run = AgentRun.objects.get(pk=run.pk)
     assert run.status == RunStatus.RESUMING
     return run
@@ -83,7 +83,7 @@ def write_back(run: AgentRun, copy: dict[str, Any]) -> None:
 
 
 def resume_once_then_replay(run: AgentRun, copy: dict[str, Any]) -> AgentRun:
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
+    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error
@@ -138,7 +138,7 @@ def test_a_state_bound_to_another_run_or_pause_executes_nothing(submitted: list)
     second = pause_run("cancel order 42")
     # The first run's state, validly signed, in the second run's row.
     AgentRun.objects.filter(pk=second.pk).update(**saved_copy(first))
-    runs.decide(second.approval_requests.get().pk, make_reviewer(), True)
+    runs.decide(second.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(second.pk))
     second.refresh_from_db()
     assert second.status == RunStatus.FAILED
@@ -148,7 +148,7 @@ def test_a_state_bound_to_another_run_or_pause_executes_nothing(submitted: list)
     # Its own state, presented as the state of a later pause.
     AgentRun.objects.filter(pk=first.pk).update(pause_count=2)
     first.approval_requests.update(pause=2)
-    runs.decide(first.approval_requests.get().pk, make_reviewer(), True)
+    runs.decide(first.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(first.pk))
     first.refresh_from_db()
     assert first.status == RunStatus.FAILED

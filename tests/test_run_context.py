@@ -88,7 +88,7 @@ def paused_run(settings: Any, user: Any, *, owner: Any = "same") -> AgentRun:
 def approve_and_resume_elsewhere(run: AgentRun) -> AgentRun:
     """Approve, then resume in another thread with its own event loop and connection: what
     the run knows there comes from the database alone."""
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
+    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
     errors: list[BaseException] = []
 
     def resume() -> None:

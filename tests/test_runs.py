@@ -133,7 +133,7 @@ def test_a_paused_run_resumes_in_a_new_loop_from_the_database_only(submitted: li
     # Throw away every in-memory object: the registry's agents, the run, the request.
     registry.reset()
     request_id = ApprovalRequest.objects.get(run_id=run_id).pk
-    runs.decide(request_id, rita, True)
+    runs.decide(request_id, rita, runs.Decision.approve())
     assert submitted[-1] == ("resume", run_id)
     assert AgentRun.objects.get(pk=run_id).status == RunStatus.RESUMING
 
@@ -160,7 +160,7 @@ def test_fifty_concurrent_approvals_make_one_decision_and_one_execution(submitte
     def click(reviewer: Any) -> None:
         start_line.wait()
         try:
-            runs.decide(request.pk, reviewer, True)
+            runs.decide(request.pk, reviewer, runs.Decision.approve())
             outcomes.append("decided")
         except runs.AlreadyDecided as refusal:
             outcomes.append(str(refusal))
@@ -195,7 +195,8 @@ def test_approve_racing_reject_ends_in_one_decision(submitted: list) -> None:
     def click(reviewer: Any, approve: bool) -> None:
         start_line.wait()
         try:
-            runs.decide(request.pk, reviewer, approve, message="no")
+            decision = runs.Decision.approve() if approve else runs.Decision.reject("no")
+            runs.decide(request.pk, reviewer, decision)
             wins.append(approve)
         except runs.AlreadyDecided:
             pass
@@ -219,7 +220,7 @@ def test_approve_racing_reject_ends_in_one_decision(submitted: list) -> None:
 
 def test_resuming_one_snapshot_twice_executes_the_tool_once(submitted: list) -> None:
     run = pause("cancel order 42")
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
+    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
 
     async def both() -> None:
         await asyncio.gather(runs.resume(run.pk), runs.resume(run.pk))
@@ -240,8 +241,7 @@ def test_a_rejection_message_reaches_the_model_and_the_tool_never_runs(submitted
     runs.decide(
         run.approval_requests.get().pk,
         make_reviewer(),
-        False,
-        message="Customer must call us first",
+        runs.Decision.reject("Customer must call us first"),
     )
     asyncio.run(runs.resume(run.pk))
 
@@ -258,7 +258,7 @@ def test_a_rejection_message_reaches_the_model_and_the_tool_never_runs(submitted
 def test_a_rejection_without_message_uses_the_site_default(submitted: list, settings: Any) -> None:
     settings.AGENTSITE_REJECTION_MESSAGE = "Declined by our review team."
     run = pause("cancel order 42")
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), False)
+    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.reject())
     asyncio.run(runs.resume(run.pk))
     [output] = outputs_for(run, run.approval_requests.get().call_id)
     assert output["output"] == "Declined by our review team."
@@ -271,7 +271,7 @@ def test_an_approval_inside_an_agent_used_as_a_tool_pauses_and_resumes(submitted
     assert request.agent_name == "Researcher"
     assert request.origin == ApprovalOrigin.AGENT_AS_TOOL
 
-    runs.decide(request.pk, make_reviewer(), True)
+    runs.decide(request.pk, make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error
@@ -309,7 +309,7 @@ def test_an_approval_after_a_handoff_pauses_and_resumes_on_the_starting_agent(
     )
     assert scripted.EXECUTED == []
 
-    runs.decide(request.pk, make_reviewer(), True)
+    runs.decide(request.pk, make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error
@@ -341,11 +341,11 @@ def test_several_requests_of_one_pause_are_decided_one_at_a_time(
     first, second = run.approval_requests.order_by("call_id")
     rita = make_reviewer()
 
-    runs.decide(first.pk, rita, True)
+    runs.decide(first.pk, rita, runs.Decision.approve())
     assert AgentRun.objects.get(pk=run.pk).status == RunStatus.WAITING
     assert submitted.count(("resume", run.pk)) == 0
 
-    runs.decide(second.pk, rita, False, message="not today")
+    runs.decide(second.pk, rita, runs.Decision.reject("not today"))
     assert AgentRun.objects.get(pk=run.pk).status == RunStatus.RESUMING
     asyncio.run(runs.resume(run.pk))
 
@@ -367,7 +367,7 @@ def test_approve_always_covers_the_rest_of_the_run(submitted: list, settings: An
     )
     name = scripted.install(settings, agent)
     run = pause("delete a and b", agent_name=name)
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), True, always=True)
+    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve(always=True))
     asyncio.run(runs.resume(run.pk))
 
     run.refresh_from_db()
@@ -379,20 +379,27 @@ def test_approve_always_covers_the_rest_of_the_run(submitted: list, settings: An
 def test_a_decision_needs_the_permission(submitted: list) -> None:
     run = pause("cancel order 42")
     with pytest.raises(runs.DecisionRefused, match="not allowed"):
-        runs.decide(run.approval_requests.get().pk, make_user(username="mallory"), True)
+        runs.decide(
+            run.approval_requests.get().pk, make_user(username="mallory"), runs.Decision.approve()
+        )
     assert ApprovalDecision.objects.count() == 0
 
 
 def test_a_decision_on_arguments_the_reviewer_did_not_see_is_refused(submitted: list) -> None:
     run = pause("cancel order 42")
     with pytest.raises(runs.DecisionRefused, match="arguments changed"):
-        runs.decide(run.approval_requests.get().pk, make_reviewer(), True, seen_hash="0" * 64)
+        runs.decide(
+            run.approval_requests.get().pk,
+            make_reviewer(),
+            runs.Decision.approve(),
+            seen_hash="0" * 64,
+        )
     assert run.approval_requests.get().status == ApprovalStatus.PENDING
 
 
 def approved_pause() -> AgentRun:
     run = pause("cancel order 42")
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
+    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
     return AgentRun.objects.get(pk=run.pk)
 
 
@@ -428,7 +435,7 @@ def test_an_approval_injected_into_the_state_executes_nothing(submitted: list) -
     }
     AgentRun.objects.filter(pk=run.pk).update(state=state, state_signature=runs.sign_state(state))
     # A reviewer rejects; the injected approval must not win.
-    runs.decide(request.pk, make_reviewer(), False)
+    runs.decide(request.pk, make_reviewer(), runs.Decision.reject())
     assert_failed_without_executing(AgentRun.objects.get(pk=run.pk), "tampered with")
 
 
@@ -465,7 +472,7 @@ def test_a_decision_after_the_run_failed_is_refused(submitted: list) -> None:
     run = pause("cancel order 42")
     rows.fail_sync(run.pk, "boom", from_statuses=(RunStatus.WAITING,))
     with pytest.raises(runs.RequestClosed, match="cancelled"):
-        runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
+        runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
 
 
 def _replace_in(value: Any, old: str, new: str) -> Any:
@@ -513,7 +520,7 @@ async def test_a_decision_is_announced_to_every_inbox_after_commit(submitted: li
     request = await ApprovalRequest.objects.aget(run=run)
     rita = await sync_to_async(make_reviewer)()
 
-    await runs.adecide(request.pk, rita, False, message="<b>no</b>")
+    await runs.adecide(request.pk, rita, runs.Decision.reject("<b>no</b>"))
 
     message = await asyncio.wait_for(layer.receive(inbox), 2)
     assert message["type"] == "approval.decided"

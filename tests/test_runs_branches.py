@@ -61,7 +61,7 @@ def test_a_paused_run_stores_what_it_used_and_its_resumption_the_whole(submitted
     paused = TurnUsage.objects.get(conversation=conversation, turn=1)
     assert paused.requests == run.usage["requests"] and paused.run_id == run.pk
 
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), True)
+    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
 
     run.refresh_from_db()

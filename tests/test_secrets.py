@@ -112,7 +112,7 @@ def play_every_kind_of_turn(
     assert paused.status == RunStatus.WAITING, paused.error
     assert paused.state is not None  # the SDK's state, saved without include_tracing_api_key
     while_paused = every_row()
-    runs.decide(paused.approval_requests.get(), rita, True)
+    runs.decide(paused.approval_requests.get(), rita, runs.Decision.approve())
     assert submitted[-1] == ("resume", paused.pk)
     provider.script(text("Order 42 is cancelled."))
     asyncio.run(runs.resume(paused.pk))

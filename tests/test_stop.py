@@ -159,7 +159,7 @@ def test_a_decided_run_stopped_before_it_resumes_executes_nothing(
 
     run = pause_run("cancel order 42", owner=alice)
     request = ApprovalRequest.objects.get(run=run)
-    runs.decide(request.pk, make_reviewer(), True)
+    runs.decide(request.pk, make_reviewer(), runs.Decision.approve())
     assert AgentRun.objects.get(pk=run.pk).status == RunStatus.RESUMING
 
     assert runs.stop(run.pk, alice) is True
@@ -238,7 +238,8 @@ async def test_a_call_stopped_while_it_runs_gets_an_output_so_the_next_turn_work
     run = await sync_to_async(runs.start_run)(conversation, "close acme", alice)
     await runs.execute(run.pk)
     request = await ApprovalRequest.objects.aget(run=run)
-    await sync_to_async(runs.decide)(request.pk, await sync_to_async(make_reviewer)(), True)
+    reviewer = await sync_to_async(make_reviewer)()
+    await sync_to_async(runs.decide)(request.pk, reviewer, runs.Decision.approve())
     entered.clear()
     release.clear()
     resuming = asyncio.create_task(runs.resume(run.pk))
@@ -293,7 +294,8 @@ async def test_a_shell_command_stopped_while_it_runs_gets_a_shell_output(
     run = await sync_to_async(runs.start_run)(conversation, "clean up", alice)
     await runs.execute(run.pk)
     request = await ApprovalRequest.objects.aget(run=run)
-    await sync_to_async(runs.decide)(request.pk, await sync_to_async(make_reviewer)(), True)
+    reviewer = await sync_to_async(make_reviewer)()
+    await sync_to_async(runs.decide)(request.pk, reviewer, runs.Decision.approve())
     resuming = asyncio.create_task(runs.resume(run.pk))
     await asyncio.wait_for(started.wait(), 5)
 

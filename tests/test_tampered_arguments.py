@@ -43,16 +43,16 @@ def test_edited_arguments_cannot_be_approved_and_nothing_runs() -> None:
     request = tampered()
     rita = make_reviewer()
     with pytest.raises(runs.DecisionRefused, match="changed outside agentsite"):
-        runs.decide(request, rita, approve=True)
+        runs.decide(request, rita, runs.Decision.approve())
     assert ApprovalRequest.objects.get(pk=request.pk).is_pending
-    runs.decide(request, rita, approve=False, message="looks wrong")  # rejecting is safe
+    runs.decide(request, rita, runs.Decision.reject("looks wrong"))  # rejecting is safe
     assert not OrderEvent.objects.filter(kind="cancelled").exists()
 
 
 def test_arguments_edited_after_the_approval_fail_the_resume() -> None:
     run = pause_run("cancel order 42")
     request = run.approval_requests.get()
-    runs.decide(request, make_reviewer(), approve=True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     ApprovalRequest.objects.filter(pk=request.pk).update(arguments={"order_id": 7})
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()

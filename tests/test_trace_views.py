@@ -824,7 +824,7 @@ def test_an_approved_run_is_one_trace_with_both_halves_and_the_decision(
     waiting = trace_page(client, run.trace_id)
     assert '<span class="status status-waiting">Waiting</span>' in waiting
 
-    runs.decide(run.approval_requests.get(), make_reviewer("rita"), True, message="Fine by me")
+    runs.decide(run.approval_requests.get(), make_reviewer("rita"), runs.Decision.approve())
     asyncio.run(runs.resume(run.pk))
     traces.flush()
 
@@ -857,7 +857,8 @@ def test_an_approved_run_is_one_trace_with_both_halves_and_the_decision(
     assert '<dt>Reviewer</dt><dd class="tone-plain">rita</dd>' in panel
     assert '<dt>Decision</dt><dd class="tone-ok">approve</dd>' in panel
     assert '<dt>Tool</dt><dd class="tone-mono">cancel_order</dd>' in panel
-    assert '<summary>Message</summary><pre class="code">Fine by me</pre>' in panel
+    # An approval says nothing to the agent: no message (its note stays with reviewers).
+    assert '<summary>Message</summary><pre class="code">(empty)</pre>' in panel
 
 
 # --- the export -----------------------------------------------------------------------------

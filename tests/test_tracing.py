@@ -152,7 +152,7 @@ def test_a_paused_then_approved_run_is_one_trace_with_its_decision(traces: Trace
 
     request = run.approval_requests.get()
     time.sleep(0.3)  # the reviewer takes her time: the trace's waiting time
-    decision = runs.decide(request, make_reviewer("rita"), True, always=False)
+    decision = runs.decide(request, make_reviewer("rita"), runs.Decision.approve(always=False))
 
     # Written with the audit row, before any export: the trace shows it at once.
     span = Span.objects.get(trace=trace, name="approval decision")
@@ -200,7 +200,7 @@ def test_a_paused_then_approved_run_is_one_trace_with_its_decision(traces: Trace
 
 def test_a_rejection_and_an_expiry_are_decision_spans_too(traces: Traces) -> None:
     rejected = run_to_end("cancel order 42")
-    runs.decide(rejected.approval_requests.get(), make_reviewer(), False, message="Not now")
+    runs.decide(rejected.approval_requests.get(), make_reviewer(), runs.Decision.reject("Not now"))
     expired = run_to_end("cancel order 42")
     ApprovalRequest.objects.filter(run=expired).update(expires_at=timezone.now())
     assert runs.expire_overdue() == 1
@@ -252,7 +252,7 @@ def test_the_engine_passes_the_sensitive_data_setting_to_the_sdk(
 def test_nothing_is_traced_by_the_engine_when_tracing_is_off(settings: Any) -> None:
     settings.AGENTSITE_TRACING = False
     run = run_to_end("cancel order 42")
-    runs.decide(run.approval_requests.get(), make_reviewer(), True)
+    runs.decide(run.approval_requests.get(), make_reviewer(), runs.Decision.approve())
     assert not Trace.objects.filter(trace_id=run.trace_id).exists()
     assert not Span.objects.filter(trace_id=run.trace_id).exists()
 
@@ -283,8 +283,7 @@ def test_personal_data_never_reaches_the_trace_store(traces: Traces, settings: A
     runs.decide(
         refused.approval_requests.get(),
         make_reviewer(),
-        False,
-        message=f"Do not cancel; email {EMAIL} or call {PHONE}, card {CARD}",
+        runs.Decision.reject(f"Do not cancel; email {EMAIL} or call {PHONE}, card {CARD}"),
     )
     asyncio.run(runs.resume(refused.pk))
     traces.flush()

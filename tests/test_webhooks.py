@@ -259,12 +259,12 @@ def test_a_rolled_back_decision_announces_nothing_and_a_committed_one_is_announc
         pass
 
     with pytest.raises(Undo), transaction.atomic():
-        runs.decide(request, rita, True)
+        runs.decide(request, rita, runs.Decision.approve())
         assert WebhookDelivery.objects.count() == 1  # written with the decision...
         raise Undo
     assert WebhookDelivery.objects.count() == 0  # ...and gone with it
 
-    runs.decide(request, rita, False, message="Not this one.", note="reviewers only: odd")
+    runs.decide(request, rita, runs.Decision.reject("Not this one.", note="reviewers only: odd"))
     delivery.deliver_all_due()
     (event,) = receiver.bodies()
     assert event["type"] == "approval.decided"
@@ -291,7 +291,7 @@ def test_a_webhook_that_cannot_be_queued_never_fails_the_decision(
         raise ValueError("a bug in a payload")
 
     monkeypatch.setattr("webhooks.payloads.decision_data", broken)
-    runs.decide(request, make_reviewer(), True)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
     request.refresh_from_db()
     assert request.status == "approved"  # decided, and the run claimed for resume
     assert AgentRun.objects.get(pk=request.run_id).status == RunStatus.RESUMING
@@ -306,7 +306,7 @@ def test_an_endpoint_deleted_as_its_delivery_is_written_never_fails_the_decision
     endpoint = make_endpoint(receiver.url, [WebhookEvent.APPROVAL_DECIDED])
     request = make_request()
     with transaction.atomic():
-        runs.decide(request, make_reviewer(), True)
+        runs.decide(request, make_reviewer(), runs.Decision.approve())
         # As another process's delete would land: no cascade, no signal.
         WebhookEndpoint.objects.filter(pk=endpoint.pk)._raw_delete("default")
     request.refresh_from_db()

@@ -120,7 +120,7 @@ def test_a_reviewer_approving_a_moment_later_is_told_it_was_withdrawn(
     runs.withdraw(request, alice)
 
     with pytest.raises(runs.AlreadyDecided, match=r"^Withdrawn by alice at \d{4}-\d\d-\d\d "):
-        runs.decide(request.pk, rita, True)
+        runs.decide(request.pk, rita, runs.Decision.approve())
 
     client = Client()
     client.force_login(rita)
@@ -173,7 +173,7 @@ def test_withdraw_racing_approvals_makes_one_decision_and_a_withdrawn_call_never
         def approving(reviewer: Any, request: ApprovalRequest = request) -> Any:
             def decide() -> str:
                 try:
-                    runs.decide(request.pk, reviewer, True)
+                    runs.decide(request.pk, reviewer, runs.Decision.approve())
                 except runs.AlreadyDecided as refusal:
                     return str(refusal)
                 return "won"

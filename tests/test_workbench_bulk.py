@@ -149,7 +149,7 @@ def test_a_request_decided_elsewhere_between_the_two_steps_is_reported(
 ) -> None:
     first, second = refunds(2)
     data = confirmation_data(text(client.post(URL, selection("approve", first, second))))
-    runs.decide(second, make_reviewer("bob"), False, message="Too much.")
+    runs.decide(second, make_reviewer("bob"), runs.Decision.reject("Too much."))
 
     response = client.post(URL, data, **HTMX)
 
@@ -187,7 +187,7 @@ def test_what_changed_before_the_confirmation_is_set_apart_not_listed(
     data = selection("approve", fine, changed, decided, own)
     data["ids"].append(999999)
     data[f"hash-{changed.pk}"] = arguments_hash({"order_id": 1})  # not what the inbox shows now
-    runs.decide(decided, make_reviewer("bob"), True)
+    runs.decide(decided, make_reviewer("bob"), runs.Decision.approve())
 
     html = text(client.post(URL, data))
 
@@ -207,7 +207,7 @@ def test_a_request_answered_as_the_tool_is_set_apart_in_the_engine_s_words(
     client: Client, rita: Any
 ) -> None:
     fine, answered = refunds(2)
-    runs.decide(answered, make_reviewer("bob"), False, response="Refund issued by hand.")
+    runs.decide(answered, make_reviewer("bob"), runs.Decision.respond("Refund issued by hand."))
 
     html = text(client.post(URL, selection("approve", fine, answered)))
 

@@ -150,10 +150,10 @@ def test_a_reviewer_cannot_approve_a_call_in_her_own_conversation(client: Client
     client.force_login(rita)
 
     with pytest.raises(runs.NeedsAnotherReviewer) as refused:
-        runs.decide(own, rita, True)
+        runs.decide(own, rita, runs.Decision.approve())
     assert "another reviewer must approve" in str(refused.value)
     with pytest.raises(runs.NeedsAnotherReviewer):
-        runs.decide(own, rita, True, always=True)
+        runs.decide(own, rita, runs.Decision.approve(always=True))
 
     # Every path goes through the engine: the request page, a row over htmx, bulk, the admin.
     response = client.post(
@@ -190,16 +190,16 @@ def test_a_reviewer_cannot_approve_a_call_in_her_own_conversation(client: Client
     assert not ApprovalDecision.objects.filter(request=own).exists()
 
     # Another reviewer may; and a run she asked for in someone else's conversation is hers too.
-    runs.decide(own, make_reviewer("bob"), True)
+    runs.decide(own, make_reviewer("bob"), runs.Decision.approve())
     asked = make_request(run=make_run(owner=make_user(), requested_by=rita))
     with pytest.raises(runs.NeedsAnotherReviewer):
-        runs.decide(asked, rita, True)
+        runs.decide(asked, rita, runs.Decision.approve())
 
 
 def test_she_may_reject_her_own_call(client: Client) -> None:
     rita = make_reviewer()
     own = make_request(run=make_run(owner=rita))
-    runs.decide(own, rita, False, message="Not like this.")
+    runs.decide(own, rita, runs.Decision.reject("Not like this."))
     own.refresh_from_db()
     assert own.status == ApprovalStatus.REJECTED and own.decided_by == rita
 
@@ -208,7 +208,7 @@ def test_the_setting_allows_self_approval(settings: Any) -> None:
     settings.AGENTSITE_SELF_APPROVAL = True
     rita = make_reviewer()
     own = make_request(run=make_run(owner=rita))
-    runs.decide(own, rita, True)
+    runs.decide(own, rita, runs.Decision.approve())
     own.refresh_from_db()
     assert own.status == ApprovalStatus.APPROVED
 
@@ -275,7 +275,7 @@ async def test_a_pushed_row_says_needs_another_reviewer_to_her_only() -> None:
         assert "needs another reviewer" not in await sockets[name].receive_from(timeout=3)
 
     # A rejection by her (allowed) reaches both as the decided row, the same for each.
-    await runs.adecide(own.pk, rita, False)
+    await runs.adecide(own.pk, rita, runs.Decision.reject())
     ritas = await sockets["rita"].receive_from(timeout=3)
     bobs = await sockets["bob"].receive_from(timeout=3)
     assert ritas == bobs and "row-decided is-rejected" in ritas

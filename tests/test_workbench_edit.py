@@ -178,7 +178,7 @@ def test_edits_that_do_not_fit_the_schema_are_refused_and_decide_nothing(
     # The engine checks the schema itself, whoever calls it.
     for bad in ({"account": "acme", "amount": "50"}, {**EDITED, "to": "me"}, {"amount": 5}):
         with pytest.raises(runs.DecisionRefused, match="do not fit the tool"):
-            runs.decide(request, rita, True, arguments=bad)
+            runs.decide(request, rita, runs.Decision.edit(bad))
     assert not ApprovalDecision.objects.exists()
     assert ApprovalRequest.objects.get(pk=request.pk).is_pending
     assert AgentRun.objects.get(pk=run.pk).status == RunStatus.WAITING
@@ -211,7 +211,7 @@ def test_a_tool_whose_author_forbids_edits_offers_no_form_and_refuses_one(
     refused = post_edit(client, request, account="acme", amount="50")
     assert refused.status_code == 400 and "cannot be edited" in text(refused)
     with pytest.raises(runs.DecisionRefused, match="cannot be edited"):
-        runs.decide(request, rita, True, arguments=EDITED)
+        runs.decide(request, rita, runs.Decision.edit(EDITED))
     assert not ApprovalDecision.objects.exists()
     assert scripted.EXECUTED == []
 
@@ -224,12 +224,12 @@ def test_an_edit_by_someone_without_the_permission_executes_nothing(
     client.force_login(mallory)
     assert post_edit(client, request, account="mallory", amount="5000").status_code == 403
     with pytest.raises(runs.DecisionRefused, match="not allowed"):
-        runs.decide(request, mallory, True, arguments={"account": "mallory", "amount": 5000})
+        runs.decide(request, mallory, runs.Decision.edit({"account": "mallory", "amount": 5000}))
     # Nor by a reviewer in her own conversation (separation of duties holds for edits).
     rita = make_reviewer()
     own_run, own_request, _ = paused(settings, owner=rita)
     with pytest.raises(runs.NeedsAnotherReviewer):
-        runs.decide(own_request, rita, True, arguments=EDITED)
+        runs.decide(own_request, rita, runs.Decision.edit(EDITED))
 
     assert not ApprovalDecision.objects.exists()
     assert [job for job in submitted if job[0] == "resume"] == []
@@ -249,7 +249,7 @@ def test_a_replayed_edit_or_a_resume_run_twice_executes_once(
     assert ApprovalDecision.objects.filter(request=request).count() == 1
     assert ApprovalDecision.objects.get(request=request).edited_arguments == EDITED
     with pytest.raises(runs.AlreadyDecided):
-        runs.decide(request, make_reviewer(), True, arguments={"account": "acme", "amount": 60})
+        runs.decide(request, make_reviewer(), runs.Decision.edit({"account": "acme", "amount": 60}))
     assert [job for job in submitted if job[0] == "resume"] == [("resume", run.pk)]
     saved = AgentRun.objects.filter(pk=run.pk).values("state", "state_signature").get()
 

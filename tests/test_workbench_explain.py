@@ -232,7 +232,7 @@ def test_a_pushed_row_explains_itself_too(client: Client) -> None:
 def test_the_history_shows_what_each_call_was(client: Client) -> None:
     alice = make_user(username="alice")
     request = demo_request(alice, "issue_refund", {"amount": 80, "order_id": 42})
-    runs.decide(request, make_reviewer("bob"), False, message="No.")
+    runs.decide(request, make_reviewer("bob"), runs.Decision.reject("No."))
     client.force_login(make_reviewer())
     history = text(client.get(reverse("inbox_history")))
 

@@ -135,7 +135,7 @@ def test_an_empty_answer_is_a_clear_error_and_decides_nothing(
     )
     assert row.status_code == 200 and error in text(row)
     with pytest.raises(runs.DecisionRefused, match="it is empty"):
-        runs.decide(request, make_reviewer(), False, response="  ")
+        runs.decide(request, make_reviewer(), runs.Decision.respond("  "))
 
     assert not ApprovalDecision.objects.exists()
     assert ApprovalRequest.objects.get(pk=request.pk).is_pending
@@ -169,17 +169,17 @@ def test_only_a_reviewer_answers_and_never_in_her_own_conversation(
     client.force_login(mallory)
     assert respond(client, request, ANSWER).status_code == 403
     with pytest.raises(runs.DecisionRefused, match="not allowed"):
-        runs.decide(request, mallory, False, response=ANSWER)
+        runs.decide(request, mallory, runs.Decision.respond(ANSWER))
 
     with pytest.raises(runs.NeedsAnotherReviewer, match="answer as the tool"):
-        runs.decide(request, rita, False, response=ANSWER)
+        runs.decide(request, rita, runs.Decision.respond(ANSWER))
     client.force_login(rita)
     page = text(client.get(reverse("inbox_request", args=[request.pk])))
     assert '<fieldset class="respond" disabled>' in page
     assert not ApprovalDecision.objects.exists()
 
     settings.AGENTSITE_SELF_APPROVAL = True
-    decision = runs.decide(request, rita, False, response=ANSWER)
+    decision = runs.decide(request, rita, runs.Decision.respond(ANSWER))
     assert decision.kind == DecisionKind.RESPONDED
 
 

@@ -31,9 +31,13 @@ The database is the truth; events are published only after commit.
 from __future__ import annotations
 
 from engine.runs.decisions import (
+    FIELDS,
     SELF_APPROVAL_REFUSED,
     SELF_RESPONSE_REFUSED,
     WITHDRAWN_MESSAGE,
+    Action,
+    Decision,
+    UnfitDecision,
     adecide,
     awithdraw,
     closed_reason,
@@ -42,7 +46,7 @@ from engine.runs.decisions import (
     withdraw,
 )
 from engine.runs.driving import execute, resume, run_job
-from engine.runs.edits import sign_edit
+from engine.runs.edits import edit_refusal, sign_edit
 from engine.runs.endings import GUARDRAIL_INPUT_MESSAGE, GUARDRAIL_OUTPUT_MESSAGE, guardrail_message
 from engine.runs.errors import (
     MAX_INPUT_CHARS,
@@ -83,6 +87,7 @@ from engine.runs.stopping import STOPPED_CALL_OUTPUT, STOPPED_REASON, astop, sto
 
 __all__ = [
     "ABANDONED_REASON",
+    "FIELDS",
     "APPROVED_ON_EXPIRY",
     "GUARDRAIL_INPUT_MESSAGE",
     "GUARDRAIL_OUTPUT_MESSAGE",
@@ -97,7 +102,9 @@ __all__ = [
     "STOPPED_CALL_OUTPUT",
     "STOPPED_REASON",
     "WITHDRAWN_MESSAGE",
+    "Action",
     "AlreadyDecided",
+    "Decision",
     "DecisionRefused",
     "Expiry",
     "InvalidDecision",
@@ -110,12 +117,14 @@ __all__ = [
     "RequestWithdrawn",
     "RunFailure",
     "StaleArguments",
+    "UnfitDecision",
     "adecide",
     "astart_run",
     "astop",
     "awithdraw",
     "closed_reason",
     "decide",
+    "edit_refusal",
     "execute",
     "expire_overdue",
     "expire_overdue_async",

@@ -5,6 +5,8 @@ run for resume."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
 
 from asgiref.sync import sync_to_async
@@ -64,72 +66,187 @@ def decide_by_policy(
     return request, decision
 
 
-def decide(
-    request: ApprovalRequest | int,
-    reviewer: User | AnonymousUser | None,
-    approve: bool,
-    *,
-    message: str | None = None,
-    always: bool = False,
-    seen_hash: str | None = None,
-    note: str | None = None,
-    response: str | None = None,
-    arguments: dict[str, Any] | None = None,
-) -> ApprovalDecision:
-    """Record a reviewer's decision; resume the run when its pause is fully decided.
+class Action(StrEnum):
+    """What a reviewer chose, as every face names it: the inbox's buttons, the API's
+    `action`, the bulk actions of the inbox and the admin."""
 
-    Exactly one decision per request wins, whoever clicks how often. `message` is for the
-    agent (read as the tool's output when rejected, so it may reach the customer); `note` is
-    for reviewers only: kept in the audit, never given to the model, the session, the trace
-    or the chat.
+    APPROVE = "approve"
+    # Approve, and every later call of the tool in this run.
+    APPROVE_ALWAYS = "approve_always"
+    # Approve with the reviewer's arguments instead of the model's.
+    APPROVE_EDITED = "approve_edited"
+    REJECT = "reject"
+    # The tool does not run: the model reads the reviewer's text as its output.
+    RESPOND = "respond"
 
-    With `response` (and `approve` False), the reviewer answers as the tool: the tool never
-    runs, and the model reads exactly `response` as the call's output (kept as the
-    decision's message, its kind "responded"). Like an approval, nobody answers for a call
-    in her own conversation: what the tool "said" steers the agent.
 
-    With `arguments` (and `approve`), the reviewer edits, then approves: the tool runs once
-    with these instead of the model's, if its author allows edits (`registry.review`) and
-    they fit its JSON schema. The decision keeps both hashes, the new arguments and the
-    site's signature over the edit (kind "edited"); arguments equal to the model's are a
-    plain approval.
+# Which texts go with which action: the note (for reviewers only) with every one; the
+# message (read by the agent) with a rejection, the one decision the agent reads; the tool's
+# output with an answer as the tool; the edited arguments with an edited approval.
+FIELDS: dict[Action, frozenset[str]] = {
+    Action.APPROVE: frozenset({"note"}),
+    Action.APPROVE_ALWAYS: frozenset({"note"}),
+    Action.APPROVE_EDITED: frozenset({"arguments", "note"}),
+    Action.REJECT: frozenset({"message", "note"}),
+    Action.RESPOND: frozenset({"response", "note"}),
+}
+# The text an action cannot go without, and what is said when it is missing.
+REQUIRED: dict[Action, tuple[str, str]] = {
+    Action.APPROVE_EDITED: ("arguments", "approve_edited needs the edited `arguments`."),
+    Action.RESPOND: ("response", "respond needs the `response` the agent reads."),
+}
+EMPTY_RESPONSE = "Write the result the agent should read as the tool's output; it is empty."
 
-    Raises:
-        AlreadyDecided / RequestExpired / RequestClosed: with a message for the reviewer.
-        NeedsAnotherReviewer: an approval (or an answer) in the reviewer's own conversation.
-        DecisionRefused: the reviewer may not decide, the arguments changed since they
-            were shown (`seen_hash`), `response` is empty or too long, or the edited
-            `arguments` are not allowed or do not fit the tool.
-    """
-    if not permissions.is_reviewer(reviewer):
-        raise errors.NotAllowed("You are not allowed to approve or reject tool calls.")
-    kind = DecisionKind.APPROVED if approve else DecisionKind.REJECTED
-    if response is not None:
-        if approve:
-            raise ValueError("A call answered as the tool is not approved: it never runs.")
-        response = response.strip()
-        if not response:
-            raise errors.InvalidDecision(
-                "Write the result the agent should read as the tool's output; it is empty."
-            )
+
+class UnfitDecision(errors.InvalidDecision):
+    """A decision whose texts do not go with its action, or that lacks the one it needs."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A reviewer's decision on one paused call, validated once (`Decision.of`), from the
+    inbox's form, the API and the bulk actions down to the audit's row."""
+
+    action: Action
+    # For the agent: it reads it as the rejected call's output, so it may reach the customer.
+    message: str = ""
+    # For reviewers only: kept in the audit, never given to the model, the session, the trace
+    # or the chat.
+    note: str = ""
+    # What the model reads as the call's output when the reviewer answers as the tool.
+    response: str = ""
+    # The arguments the tool runs with instead of the model's.
+    arguments: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, action: str, *, strict: bool = True, **given: Any) -> Decision:
+        """The decision `action` with the texts `given` (message, note, response,
+        arguments; None or "" is not given).
+
+        A text that does not go with the action (`FIELDS`) is refused when `strict` (the
+        API); else it is left out (the inbox's one form posts every box; the button pressed
+        says which of them are meant).
+
+        Raises:
+            UnfitDecision: an unknown action, a text that does not go with it (strict), or
+                the one it needs missing.
+            InvalidDecision: an empty or too long answer as the tool.
+        """
+        try:
+            chosen = Action(action)
+        except ValueError:
+            known = ", ".join(Action)
+            raise UnfitDecision(f"{action!r} is not a decision ({known}).") from None
+        required, missing = REQUIRED.get(chosen, ("", ""))
+        texts = {
+            name: value
+            for name, value in given.items()
+            if value is not None and (value != "" or name == required)
+        }
+        unknown = set(texts) - FIELDS[chosen]
+        if unknown and strict:
+            name = sorted(unknown)[0]
+            actions = " or ".join(a for a in Action if name in FIELDS[a])
+            raise UnfitDecision(f"`{name}` goes with {actions} only.")
+        texts = {name: value for name, value in texts.items() if name in FIELDS[chosen]}
+        if required and required not in texts:
+            raise UnfitDecision(missing)
+        response = str(texts.get("response", "")).strip()
+        if chosen == Action.RESPOND and not response:
+            raise errors.InvalidDecision(EMPTY_RESPONSE)
         if len(response) > errors.MAX_RESPONSE_CHARS:
             raise errors.InvalidDecision(
                 f"The tool's output is too long ({len(response)} characters; at most "
                 f"{errors.MAX_RESPONSE_CHARS})."
             )
-        kind, message = DecisionKind.RESPONDED, response
-    if arguments is not None and (not approve or always or response is not None):
-        raise ValueError("Edited arguments go with a plain approval.")
+        arguments = texts.get("arguments")
+        if arguments is not None and not isinstance(arguments, dict):
+            raise UnfitDecision("The edited `arguments` are an object of the tool's arguments.")
+        return cls(
+            chosen,
+            message=_bounded(texts.get("message")),
+            note=_bounded(texts.get("note")),
+            response=response,
+            arguments=arguments,
+        )
+
+    @classmethod
+    def approve(cls, *, note: str = "", always: bool = False) -> Decision:
+        return cls.of(Action.APPROVE_ALWAYS if always else Action.APPROVE, note=note)
+
+    @classmethod
+    def reject(cls, message: str = "", *, note: str = "") -> Decision:
+        return cls.of(Action.REJECT, message=message, note=note)
+
+    @classmethod
+    def respond(cls, response: str, *, note: str = "") -> Decision:
+        return cls.of(Action.RESPOND, response=response, note=note)
+
+    @classmethod
+    def edit(cls, arguments: dict[str, Any], *, note: str = "") -> Decision:
+        return cls.of(Action.APPROVE_EDITED, arguments=arguments, note=note)
+
+    @property
+    def approves(self) -> bool:
+        return self.action in (Action.APPROVE, Action.APPROVE_ALWAYS, Action.APPROVE_EDITED)
+
+    @property
+    def always(self) -> bool:
+        return self.action == Action.APPROVE_ALWAYS
+
+    @property
+    def kind(self) -> DecisionKind:
+        """The audit's word for it (an edit whose arguments are the model's is a plain
+        approval: `record_decision` tells)."""
+        if self.action == Action.RESPOND:
+            return DecisionKind.RESPONDED
+        return DecisionKind.APPROVED if self.approves else DecisionKind.REJECTED
+
+
+def _bounded(text: Any) -> str:
+    return str(text or "").strip()[: errors.MAX_MESSAGE_CHARS]
+
+
+def decide(
+    request: ApprovalRequest | int,
+    reviewer: User | AnonymousUser | None,
+    decision: Decision,
+    *,
+    seen_hash: str | None = None,
+) -> ApprovalDecision:
+    """Record a reviewer's decision; resume the run when its pause is fully decided.
+
+    Exactly one decision per request wins, whoever clicks how often. `seen_hash`: the
+    arguments' hash the reviewer was shown (a decision is about what was seen).
+
+    An answer as the tool: the tool never runs, and the model reads exactly the reviewer's
+    text as the call's output (kept as the decision's message, its kind "responded"). Like
+    an approval, nobody answers for a call in her own conversation: what the tool "said"
+    steers the agent.
+
+    An edit, then approval: the tool runs once with the reviewer's arguments instead of the
+    model's, if its author allows edits (`registry.review`) and they fit its JSON schema.
+    The decision keeps both hashes, the new arguments and the site's signature over the edit
+    (kind "edited"); arguments equal to the model's are a plain approval.
+
+    Raises:
+        AlreadyDecided / RequestExpired / RequestClosed: with a message for the reviewer.
+        NeedsAnotherReviewer: an approval (or an answer) in the reviewer's own conversation.
+        DecisionRefused: the reviewer may not decide, the arguments changed since they
+            were shown (`seen_hash`), or the edited arguments are not allowed or do not fit
+            the tool.
+    """
+    if not permissions.is_reviewer(reviewer):
+        raise errors.NotAllowed("You are not allowed to approve or reject tool calls.")
     return record_decision(
         request,
-        reviewer,
-        approve,
-        message=message,
-        always=always,
+        cast("User", reviewer),  # a reviewer is a signed-in user
+        decision.kind,
+        message=decision.response if decision.action == Action.RESPOND else decision.message,
+        note=decision.note,
+        always=decision.always,
         seen_hash=seen_hash,
-        note=note,
-        kind=kind,
-        edited=arguments,
+        edited=decision.arguments,
     )
 
 
@@ -183,131 +300,146 @@ def withdraw(request: ApprovalRequest | int, user: User | AnonymousUser | None) 
     return record_decision(
         request_id,
         cast("User", user),  # authenticated
-        False,
+        DecisionKind.WITHDRAWN,
         message=WITHDRAWN_MESSAGE,
-        always=False,
-        seen_hash=None,
-        withdrawn=True,
     )
 
 
 awithdraw = sync_to_async(withdraw)
 
+# Kinds taken while the request is pending, overdue or not: the sweep's and the asker's. A
+# reviewer decides a request only while it is open (pending, not overdue).
+TAKEN_WHILE_PENDING = (DecisionKind.EXPIRED, DecisionKind.EXPIRY_APPROVED, DecisionKind.WITHDRAWN)
+
 
 def record_decision(
     request: ApprovalRequest | int,
     reviewer: User | None,
-    approve: bool,
+    kind: DecisionKind,
     *,
-    message: str | None,
-    always: bool,
-    seen_hash: str | None,
-    expired: bool = False,
-    withdrawn: bool = False,
-    note: str | None = None,
-    kind: DecisionKind | None = None,
+    message: str = "",
+    note: str = "",
+    always: bool = False,
+    seen_hash: str | None = None,
     edited: dict[str, Any] | None = None,
 ) -> ApprovalDecision:
+    """Record a decision of `kind` on the request (a reviewer's, the asker's withdrawal, the
+    sweep's): one conditional UPDATE lets exactly one decision win; the audit's row, the
+    decision's span and the signals in the same transaction; the last decision of a pause
+    claims the run for resume, after commit."""
     request_id = request.pk if isinstance(request, ApprovalRequest) else int(request)
-    responded = kind == DecisionKind.RESPONDED
-    # An answer as the tool is read whole (`decide` bounds it); a message is cut to size.
-    message = (message or "").strip()[
-        : errors.MAX_RESPONSE_CHARS if responded else errors.MAX_MESSAGE_CHARS
-    ]
-    note = (note or "").strip()[: errors.MAX_MESSAGE_CHARS]
+    # An answer as the tool is read whole (`Decision.of` bounds it); a message is cut to size.
+    limit = (
+        errors.MAX_RESPONSE_CHARS if kind == DecisionKind.RESPONDED else errors.MAX_MESSAGE_CHARS
+    )
+    message, note = message.strip()[:limit], note.strip()[: errors.MAX_MESSAGE_CHARS]
     with transaction.atomic():
-        current = ApprovalRequest.objects.select_related("run").get(pk=request_id)
-        # Deciders of one run queue here, so the last decision of a pause always sees the
-        # others and exactly one of them claims the run. FOR NO KEY UPDATE, as strong as the
-        # decision's own UPDATE of the run: FOR UPDATE would also hold off every check of a
-        # foreign key to the run (the exporter's write of the run's trace checks one at its
-        # commit, holding the trace's row this transaction writes next: a deadlock on
-        # PostgreSQL, a 500 for a loser or a trace write lost).
-        run = (
-            AgentRun.objects.select_for_update(of=("self",), no_key=True)
-            .select_related("conversation")
-            .get(pk=current.run_id)
-        )
-        current.run = run
-        if responded and current.kind == ToolKind.HOSTED_MCP:
-            raise errors.InvalidDecision(
-                "A hosted MCP server runs its tools itself: its call cannot be answered as the "
-                "tool. Approve or reject it."
-            )
-        if (approve or responded) and needs_another_reviewer(current, reviewer):
-            raise errors.NeedsAnotherReviewer(
-                SELF_RESPONSE_REFUSED if responded else SELF_APPROVAL_REFUSED
-            )
-        if seen_hash is not None and seen_hash != current.arguments_hash:
-            raise errors.StaleArguments(
-                "The arguments changed since this request was shown to you; reload it."
-            )
-        if approve and not current.arguments_intact:
-            raise errors.DecisionRefused(
-                "The arguments of this request were changed outside agentsite, so what you "
-                "would approve is not what would run; it cannot be approved. Reject it."
-            )
-        edit = edits.edit_fields(current, run, reviewer, edited) if edited is not None else {}
+        current, run = _locked(request_id)
+        edit = _checked(current, run, reviewer, kind, seen_hash, edited)
         if edit:
             kind = DecisionKind.EDITED
         now = timezone.now()
-        status = (
-            (ApprovalStatus.APPROVED if approve else ApprovalStatus.EXPIRED)
-            if expired
-            else ApprovalStatus.WITHDRAWN
-            if withdrawn
-            else ApprovalStatus.RESPONDED
-            if responded
-            else ApprovalStatus.APPROVED
-            if approve
-            else ApprovalStatus.REJECTED
-        )
-        # The sweep expires a request once it is overdue; a reviewer decides it while open;
-        # the person who asked may withdraw it while it waits.
+        status = kind.status
         requests = ApprovalRequest.objects.filter(pk=request_id)
-        decidable = requests.pending() if expired or withdrawn else requests.open(now)
+        decidable = requests.pending() if kind in TAKEN_WHILE_PENDING else requests.open(now)
         if decidable.update(status=status, decided_at=now, decided_by=reviewer) != 1:
             _refuse(request_id, now)
         decision = ApprovalDecision.objects.create(
             request_id=request_id,
             reviewer=reviewer,
-            approved=approve,
+            approved=kind.approves,
             message=message,
             always=always,
             arguments_hash=seen_hash or current.arguments_hash,
-            withdrawn=withdrawn,
+            withdrawn=kind == DecisionKind.WITHDRAWN,
             note=note,
-            kind=kind or _kind(status),
+            kind=kind,
             **edit,
         )
-        claimed = _claim_for_resume(run, current.pause)
-        # In this transaction: the trace shows the decision exactly when the audit does.
-        recording.record_decision(current, decision, status, run)
-        recording.follow_run(run, RunStatus.RESUMING if claimed else run.status)
-        signals.approval_decided.send(sender=ApprovalRequest, request=current, decision=decision)
-        decided_event = events.ApprovalWithdrawn if withdrawn else events.ApprovalDecided
-        decided = decided_event(
-            request_id=request_id,
+        _announce(current, run, decision, reviewer, now)
+    return decision
+
+
+def _locked(request_id: int) -> tuple[ApprovalRequest, AgentRun]:
+    """The request, and its run locked: deciders of one run queue here, so the last decision
+    of a pause always sees the others and exactly one of them claims the run."""
+    current = ApprovalRequest.objects.select_related("run").get(pk=request_id)
+    # FOR NO KEY UPDATE, as strong as the decision's own UPDATE of the run: FOR UPDATE would
+    # also hold off every check of a foreign key to the run (the exporter's write of the
+    # run's trace checks one at its commit, holding the trace's row this transaction writes
+    # next: a deadlock on PostgreSQL, a 500 for a loser or a trace write lost).
+    run = (
+        AgentRun.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("conversation")
+        .get(pk=current.run_id)
+    )
+    current.run = run
+    return current, run
+
+
+def _checked(
+    current: ApprovalRequest,
+    run: AgentRun,
+    reviewer: User | None,
+    kind: DecisionKind,
+    seen_hash: str | None,
+    edited: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Refuse what may not be decided so; what an edit adds to the decision ({} for none)."""
+    responded = kind == DecisionKind.RESPONDED
+    if responded and current.kind == ToolKind.HOSTED_MCP:
+        raise errors.InvalidDecision(
+            "A hosted MCP server runs its tools itself: its call cannot be answered as the "
+            "tool. Approve or reject it."
+        )
+    if (kind.approves or responded) and needs_another_reviewer(current, reviewer):
+        raise errors.NeedsAnotherReviewer(
+            SELF_RESPONSE_REFUSED if responded else SELF_APPROVAL_REFUSED
+        )
+    if seen_hash is not None and seen_hash != current.arguments_hash:
+        raise errors.StaleArguments(
+            "The arguments changed since this request was shown to you; reload it."
+        )
+    if kind.approves and not current.arguments_intact:
+        raise errors.DecisionRefused(
+            "The arguments of this request were changed outside agentsite, so what you "
+            "would approve is not what would run; it cannot be approved. Reject it."
+        )
+    return edits.edit_fields(current, run, reviewer, edited) if edited is not None else {}
+
+
+def _announce(
+    current: ApprovalRequest,
+    run: AgentRun,
+    decision: ApprovalDecision,
+    reviewer: User | None,
+    now: Any,
+) -> None:
+    """In the decision's transaction: the trace shows it exactly when the audit does, and the
+    signals' outbox writes; after commit, the pages are told and a claimed run resumes."""
+    status = DecisionKind(decision.kind).status
+    claimed = _claim_for_resume(run, current.pause)
+    recording.record_decision(current, decision, status, run)
+    recording.follow_run(run, RunStatus.RESUMING if claimed else run.status)
+    signals.approval_decided.send(sender=ApprovalRequest, request=current, decision=decision)
+    event = events.ApprovalWithdrawn if decision.withdrawn else events.ApprovalDecided
+    published: list[events.Event] = [
+        event(
+            request_id=current.pk,
             run_id=run.pk,
             conversation_id=run.conversation_id,
             status=status,
             decided_by=reviewer.get_username() if reviewer is not None else None,
             decided_at=now,
-            message=message,
+            message=decision.message,
         )
-        published: list[events.Event] = [decided]
-        if claimed:
-            published.append(rows.run_updated(run.pk, run.conversation_id, RunStatus.RESUMING))
-        transaction.on_commit(lambda: events.publish_threadsafe(published))
-        if claimed:
-            run_id = run.pk
-            transaction.on_commit(lambda: executor.submit("resume", run_id))
-    return decision
-
-
-def _kind(status: str) -> DecisionKind:
-    """The audit's kind of a decision that set a request to `status`."""
-    return DecisionKind(status)
+    ]
+    if claimed:
+        published.append(rows.run_updated(run.pk, run.conversation_id, RunStatus.RESUMING))
+    transaction.on_commit(lambda: events.publish_threadsafe(published))
+    if claimed:
+        run_id = run.pk
+        transaction.on_commit(lambda: executor.submit("resume", run_id))
 
 
 def closed_reason(request: ApprovalRequest, now: Any) -> errors.DecisionRefused | None:

@@ -49,28 +49,49 @@ def sign_edit(request: ApprovalRequest, reviewer_id: int | None, old: str, new: 
     return salted_hmac(EDIT_SALT, canonical, algorithm="sha256").hexdigest()
 
 
+def edit_refusal(request: ApprovalRequest, sheet: registry.ToolSheet | None = None) -> str:
+    """Why the call's arguments may not be edited before it is approved ("" when they may):
+    the one rule the inbox's form, the API, a decision and the resume all read.
+
+    Only a function tool's call, whose JSON schema an edit is checked against (an MCP
+    server's tool, a shell command, a patch have none here, and a function tool of the same
+    name must not lend its own), with its stored arguments intact, of a tool whose author
+    allows edits (`registry.review(editable=...)`). `sheet`: the tool's, when the caller has
+    it."""
+    if request.kind != ToolKind.FUNCTION:
+        return (
+            "Only a function tool's arguments can be edited, and this call is for a tool of "
+            f"another kind ({request.get_kind_display()}): approve or reject it as it is."
+        )
+    if not request.can_be_edited:
+        return (
+            "The arguments of this request were changed outside agentsite, so they cannot be "
+            "edited; reject it."
+        )
+    if sheet is None:
+        sheet = registry.tool_sheet(request.run.agent_name, request.agent_name, request.tool_name)
+    if not sheet.editable:
+        return (
+            f"The arguments of {request.tool_name} cannot be edited (its author does not "
+            "allow it); approve or reject the call as it is."
+        )
+    return ""
+
+
 def edit_fields(
     request: ApprovalRequest, run: AgentRun, reviewer: User | None, edited: Any
 ) -> dict[str, Any]:
     """What an edit adds to its decision; {} when the arguments are the model's.
 
     Raises:
-        DecisionRefused: the call is not a function tool's (an MCP server's, a shell
-            command, a patch: no schema here to check edits against, and a function tool of
-            the same name must not lend it its own), the tool's author forbids edits, or they
-            do not fit its schema.
+        InvalidDecision: the call may not be edited (`edit_refusal`), or the arguments do
+            not fit the tool's schema.
     """
-    if request.kind != ToolKind.FUNCTION:
-        raise errors.InvalidDecision(
-            f"Only a function tool's arguments can be edited, and this is a call of a "
-            f"{request.get_kind_display().lower()}; approve or reject it as it is."
-        )
+    request.run = run
     sheet = registry.tool_sheet(run.agent_name, request.agent_name, request.tool_name)
-    if not sheet.editable:
-        raise errors.InvalidDecision(
-            f"The arguments of {request.tool_name} cannot be edited (its author does not "
-            "allow it); approve or reject the call as it is."
-        )
+    refusal = edit_refusal(request, sheet)
+    if refusal:
+        raise errors.InvalidDecision(refusal)
     problems = registry.argument_errors(sheet.schema, edited)
     if problems:
         raise errors.InvalidDecision(
@@ -96,10 +117,12 @@ def checked_edits(
     for call_id, (request, decision) in requests.items():
         if not decision.is_edit:
             continue
-        if request.kind != ToolKind.FUNCTION:
+        request.run = run
+        refusal = edit_refusal(request)
+        if refusal:
             raise errors.RunFailure(
-                f"The call of {request.tool_name} was edited, but it is not a function tool's "
-                "(its arguments cannot be edited); nothing was executed."
+                f"The call of {request.tool_name} was edited, but may not be: {refusal} "
+                "Nothing was executed."
             )
         signature = sign_edit(
             request, decision.reviewer_id, decision.arguments_hash, decision.edited_arguments_hash
@@ -110,11 +133,6 @@ def checked_edits(
             raise errors.RunFailure(
                 f"The edited arguments of {request.tool_name} were changed outside agentsite "
                 "(they do not match the reviewer's signed edit); nothing was executed."
-            )
-        if not registry.tool_sheet(run.agent_name, request.agent_name, request.tool_name).editable:
-            raise errors.RunFailure(
-                f"The arguments of {request.tool_name} may no longer be edited; nothing was "
-                "executed."
             )
         edits[call_id] = json.dumps(
             decision.edited_arguments, ensure_ascii=False, separators=(",", ":")

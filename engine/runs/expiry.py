@@ -81,14 +81,11 @@ def expire_overdue() -> int:
             decisions.record_decision(
                 request_id,
                 None,
-                False,
+                DecisionKind.EXPIRED,
                 message=(
                     f"This tool call was not approved: nobody decided within {waited}, "
                     "so the request expired. Tell the user."
                 ),
-                always=False,
-                seen_hash=None,
-                expired=True,
                 note=note,
             )
         except errors.DecisionRefused:
@@ -110,13 +107,8 @@ def _approve_on_expiry(request_id: int, waited: str) -> bool:
         decisions.record_decision(
             request_id,
             None,
-            True,
-            message="",
-            always=False,
-            seen_hash=None,
-            expired=True,
+            DecisionKind.EXPIRY_APPROVED,
             note=APPROVED_ON_EXPIRY.format(waited=waited),
-            kind=DecisionKind.EXPIRY_APPROVED,
         )
     except errors.DecisionRefused:
         return False
