@@ -151,7 +151,7 @@ def floor(module: str) -> int:
     if module in PACKAGES or any(module == p or module.startswith(f"{p}.") for p in PLUMBING):
         return 0  # plumbing (and the packages' empty __init__ modules)
     storage_kind = module.endswith((".models", ".sql")) and not module.startswith("engine.")
-    if storage_kind or module in STORAGE:
+    if storage_kind or any(module == s or module.startswith(f"{s}.") for s in STORAGE):
         return 1  # storage: rows, their rules, the SDK adapters
     if module.startswith("engine."):
         return 2  # the run engine
