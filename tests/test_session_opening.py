@@ -12,8 +12,8 @@ from agents import SQLiteSession
 from agents.extensions.memory import EncryptedSession
 from agents.memory.session import SessionABC
 from cryptography.fernet import Fernet
-from django.db import connection
 
+from conversations.models import SessionItem
 from conversations.session import (
     AuditedEncryptedSession,
     DjangoSession,
@@ -28,16 +28,13 @@ CALL = {"type": "function_call", "call_id": "c1", "name": "refund", "arguments":
 
 
 @pytest.fixture
-def key(settings: Any) -> str:
+def key(settings: Any) -> None:
     settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
-    settings.AGENTSITE_SESSION_TTL = 0
-    return settings.AGENTSITE_SESSION_ENCRYPTION_KEY
 
 
-def raw_rows() -> list[Any]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT payload FROM conversations_sessionitem ORDER BY id")
-        return [row[0] for row in cursor.fetchall()]
+def stored() -> list[Any]:
+    """The payloads as stored (envelopes, when encrypted), oldest first."""
+    return list(SessionItem.objects.order_by("pk").values_list("payload", flat=True))
 
 
 def edited(item: Any) -> Any:
@@ -62,7 +59,7 @@ async def test_it_refuses_a_session_that_is_not_the_sites(make: Callable[[], Ses
         branching(session)
 
 
-async def test_it_gives_the_branch_api_of_the_store_an_encrypted_session_wraps(key: str) -> None:
+async def test_it_gives_the_branch_api_of_the_store_an_encrypted_session_wraps(key: None) -> None:
     encrypted = open_session("wrapped")
     assert isinstance(encrypted, AuditedEncryptedSession)
     assert branching(encrypted) is encrypted.underlying_session
@@ -70,7 +67,7 @@ async def test_it_gives_the_branch_api_of_the_store_an_encrypted_session_wraps(k
     assert branching(plain) is plain
 
 
-async def test_it_rewrites_an_encrypted_session_through_its_cipher(key: str) -> None:
+async def test_it_rewrites_an_encrypted_session_through_its_cipher(key: None) -> None:
     session = open_session("rewritten")
     assert isinstance(session, AuditedEncryptedSession)
     await session.add_items([{"role": "user", "content": "refund me"}])
@@ -78,13 +75,13 @@ async def test_it_rewrites_an_encrypted_session_through_its_cipher(key: str) -> 
         "rewritten", DjangoSession("rewritten"), Fernet.generate_key().decode()
     ).add_items([{"role": "user", "content": "under another key"}])
     await session.add_items([CALL])
-    before = await asyncio.to_thread(raw_rows)
+    before = await asyncio.to_thread(stored)
     seen = session.unreadable_seen
 
     assert await rewrite_items(session, edited, 10) == 1
 
     assert session.unreadable_seen == seen  # what the rewrite skips is not reported
-    after = await asyncio.to_thread(raw_rows)
+    after = await asyncio.to_thread(stored)
     assert after[:2] == before[:2]  # the unreadable item is left as it is
     assert after[2] != before[2] and "refund" not in str(after[2])  # encrypted again
     assert await session.get_items() == [
