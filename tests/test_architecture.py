@@ -177,7 +177,8 @@ STORAGE = (
 def floor(module: str) -> int:
     if module in PACKAGES or any(module == p or module.startswith(f"{p}.") for p in PLUMBING):
         return 0  # plumbing (and the packages' empty __init__ modules)
-    if module.endswith((".models", ".sql")) or module in STORAGE:
+    storage = any(module == s or module.startswith(f"{s}.") for s in STORAGE)
+    if module.endswith((".models", ".sql")) or storage:
         return 1  # storage: rows, their rules, the SDK adapters
     if module.endswith(".admin"):
         return 3  # the admin is a face, whichever app's rows it shows

@@ -259,9 +259,9 @@ async def test_items_any_database_cannot_hold_as_jsonb_are_copied_faithfully() -
 async def test_a_generated_id_names_the_turn_and_the_time_and_is_never_reused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from conversations import session as session_module
+    from conversations.session import branches
 
-    monkeypatch.setattr(session_module, "time", SimpleNamespace(time=lambda: 1_800_000_000.5))
+    monkeypatch.setattr(branches, "time", SimpleNamespace(time=lambda: 1_800_000_000.5))
     session = DjangoSession("s")
     await three_turns(session)
 

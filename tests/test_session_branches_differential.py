@@ -38,8 +38,7 @@ from agents.usage import Usage
 from django.db import connection
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
-from conversations import session as session_module
-from conversations.session import DjangoSession
+from conversations.session import DjangoSession, branches
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -421,7 +420,7 @@ async def test_it_answers_like_advanced_sqlite_session_over_random_sequences(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(advanced_sqlite_session, "time", CLOCK)
-    monkeypatch.setattr(session_module, "time", CLOCK)
+    monkeypatch.setattr(branches, "time", CLOCK)
     db_path = tmp_path / "sdk.sqlite3"
     for seed in range(SEQUENCES):
         await run_sequence(seed, db_path)

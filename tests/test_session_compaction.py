@@ -32,9 +32,8 @@ from django.db import connection
 from django.utils import timezone
 
 from agentsite.db import faithful
-from conversations import session as session_module
 from conversations.models import Conversation, SessionItem
-from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
+from conversations.session import AuditedEncryptedSession, DjangoSession, compaction, open_session
 from conversations.sql import statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -250,7 +249,7 @@ def hold_the_replacement(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Eve
     """Compaction's replacement stops inside its transaction, the suffix deleted and the
     summary not yet written, until `release` is set; `inside` says it got there."""
     inside, release = threading.Event(), threading.Event()
-    rows = session_module._item_rows
+    rows = compaction._item_rows
 
     def held_rows(texts: list[str], *args: Any) -> list[tuple[Any, ...]]:
         if texts and faithful.decode(json.loads(texts[0])).get("type") == "compaction":
@@ -258,7 +257,7 @@ def hold_the_replacement(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Eve
             assert release.wait(10)
         return rows(texts, *args)
 
-    monkeypatch.setattr(session_module, "_item_rows", held_rows)
+    monkeypatch.setattr(compaction, "_item_rows", held_rows)
     return inside, release
 
 
