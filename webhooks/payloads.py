@@ -33,8 +33,8 @@ def request_data(request: ApprovalRequest) -> dict[str, Any]:
         "run_id": request.run_id,
         "agent": request.agent_name,
         "tool": request.tool_name,
-        # Added with issue 18 (receivers ignore what they do not know): what kind of tool,
-        # and the MCP server of an MCP tool ("" for other kinds).
+        # What kind of tool, and the MCP server of an MCP tool ("" for other kinds); receivers
+        # ignore fields they do not know.
         "kind": request.kind,
         "server": request.server,
         "arguments": request.arguments,
