@@ -127,10 +127,13 @@ class Conversation(models.Model):
         return self.current_agent or self.agent_name
 
     def hand_to(self, agent_name: str | None) -> None:
-        """`agent_name` answers the next message (None: the conversation's own agent)."""
+        """`agent_name` answers the next message (None: the conversation's own agent, stored
+        as ""). No write when that is so already: most turns end with the agent they started
+        with (the engine's final write calls this on every turn)."""
         current = "" if agent_name in (None, self.agent_name) else agent_name
-        Conversation.objects.filter(pk=self.pk).update(current_agent=current)
-        self.current_agent = current
+        if current != self.current_agent:
+            Conversation.objects.filter(pk=self.pk).update(current_agent=current)
+            self.current_agent = current
 
     def hand_back(self, taken_back: str) -> None:
         """A user message was taken back (undone, or edited into a new version): the agent

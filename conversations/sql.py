@@ -94,19 +94,8 @@ def statements() -> Statements:
     turn = column(SessionItem, "turn")
     conversation_id, updated = column(Conversation, "id"), column(Conversation, "updated")
     session_id, current = column(Conversation, "session_id"), column(Conversation, "current_branch")
-    # Scalar subqueries, not a join: the planner then knows it reads one conversation's
-    # branch and walks the (conversation, branch, id) index, where a join may walk every item
-    # of every conversation newest-first (PostgreSQL does).
-    #
-    # The branch is bounded from both sides rather than compared equal, and the order names
-    # it: with an equality, PostgreSQL drops the branch from the order (it is fixed) and
-    # then found walking the primary key newest-first, every conversation's items, as cheap
-    # as this index on a small table (seen in tests/test_session.py); a range keeps the
-    # branch in the order, which only this index gives without a sort.
-    the_branch = f"COALESCE(%s, (SELECT {current} FROM {conversations} WHERE {session_id} = %s))"
-    of_branch = (
-        f"{item_conversation} = (SELECT {conversation_id} FROM {conversations} "
-        f"WHERE {session_id} = %s) AND {branch} >= {the_branch} AND {branch} <= {the_branch}"
+    of_branch = _of_branch(
+        item_conversation, branch, conversations, conversation_id, session_id, current
     )
     # In the RETURNING of the lock: the branch's newest item, on the same index. Right on
     # SQLite only, whose writers queue at BEGIN: what the UPDATE reads is what is committed
@@ -125,32 +114,8 @@ def statements() -> Statements:
         f"AND {column(TurnUsage, 'turn')}"
     )
     newest_first = f"{branch} DESC, {item_id} DESC"
-    usage_columns = [
-        column(TurnUsage, name)
-        for name in (
-            "conversation",
-            "branch",
-            "turn",
-            "requests",
-            "input_tokens",
-            "output_tokens",
-            "total_tokens",
-            "input_tokens_details",
-            "output_tokens_details",
-            "run",
-            "created",
-        )
-    ]
-    replaced = ", ".join(f"{name} = excluded.{name}" for name in usage_columns[3:])
     return Statements(
-        store_turn_usage=(
-            f"INSERT INTO {usage} ({', '.join(usage_columns)}) "
-            f"SELECT %s, %s, {turn}, %s, %s, %s, %s, {json_placeholder()}, "
-            f"{json_placeholder()}, %s, %s FROM {items} "
-            f"WHERE {item_conversation} = %s AND {branch} >= %s AND {branch} <= %s "
-            f"ORDER BY {branch} DESC, {item_id} DESC LIMIT 1 "
-            f"ON CONFLICT ({', '.join(usage_columns[:3])}) DO UPDATE SET {replaced}"
-        ),
+        store_turn_usage=_store_turn_usage(items, usage, item_conversation, branch, item_id, turn),
         all_items=(f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {branch}, {item_id}"),
         last_items=(
             f"SELECT {payload} FROM {items} WHERE {of_branch} ORDER BY {newest_first} LIMIT %s"
@@ -198,4 +163,61 @@ def statements() -> Statements:
         ),
         compaction_delete_through=f"DELETE FROM {items} WHERE {of_branch} AND {item_id} <= %s",
         compaction_delete_from=f"DELETE FROM {items} WHERE {of_branch} AND {item_id} >= %s",
+    )
+
+
+def _store_turn_usage(
+    items: str, usage: str, item_conversation: str, branch: str, item_id: str, turn: str
+) -> str:
+    """A turn's usage, replaced: the branch's newest item's turn, read in the same statement
+    (the SDK's INSERT OR REPLACE; turn overhead)."""
+    usage_columns = [
+        column(TurnUsage, name)
+        for name in (
+            "conversation",
+            "branch",
+            "turn",
+            "requests",
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "input_tokens_details",
+            "output_tokens_details",
+            "run",
+            "created",
+        )
+    ]
+    replaced = ", ".join(f"{name} = excluded.{name}" for name in usage_columns[3:])
+    return (
+        f"INSERT INTO {usage} ({', '.join(usage_columns)}) "
+        f"SELECT %s, %s, {turn}, %s, %s, %s, %s, {json_placeholder()}, "
+        f"{json_placeholder()}, %s, %s FROM {items} "
+        f"WHERE {item_conversation} = %s AND {branch} >= %s AND {branch} <= %s "
+        f"ORDER BY {branch} DESC, {item_id} DESC LIMIT 1 "
+        f"ON CONFLICT ({', '.join(usage_columns[:3])}) DO UPDATE SET {replaced}"
+    )
+
+
+def _of_branch(
+    item_conversation: str,
+    branch: str,
+    conversations: str,
+    conversation_id: str,
+    session_id: str,
+    current: str,
+) -> str:
+    """The filter of a session's branch (its parameters: `of_branch` above)."""
+    # Scalar subqueries, not a join: the planner then knows it reads one conversation's
+    # branch and walks the (conversation, branch, id) index, where a join may walk every item
+    # of every conversation newest-first (PostgreSQL does).
+    #
+    # The branch is bounded from both sides rather than compared equal, and the order names
+    # it: with an equality, PostgreSQL drops the branch from the order (it is fixed) and
+    # then found walking the primary key newest-first, every conversation's items, as cheap
+    # as this index on a small table (seen in tests/test_session.py); a range keeps the
+    # branch in the order, which only this index gives without a sort.
+    the_branch = f"COALESCE(%s, (SELECT {current} FROM {conversations} WHERE {session_id} = %s))"
+    return (
+        f"{item_conversation} = (SELECT {conversation_id} FROM {conversations} "
+        f"WHERE {session_id} = %s) AND {branch} >= {the_branch} AND {branch} <= {the_branch}"
     )

@@ -94,7 +94,8 @@ def test_the_turn_after_a_handoff_starts_with_billing_and_a_handoff_back_works(
 
     back = turn(conversation, "I need the front desk")
     assert back.final_output == "Front again."
-    assert conversation.current_agent == "scripted"  # the starting agent, by its own name
+    # Its own agent answers next, stored as after an undo or a clear.
+    assert (conversation.current_agent, conversation.answering_agent) == ("", "scripted")
 
     after = turn(conversation, "hello")
     assert after.agent_name == "scripted"

@@ -22,7 +22,6 @@ from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalOrigin, ApprovalRequest, arguments_hash
 from conversations.items import parse_arguments
-from conversations.models import Conversation
 from conversations.session import record_turn_usage
 from engine import calls as paused_calls
 from engine import context as run_context
@@ -35,16 +34,13 @@ logger = logging.getLogger(__name__)
 
 
 def _follow_agent(run: AgentRun, result: RunResultStreaming) -> None:
-    """Store on the conversation the agent that answered this turn (in a final write's
-    transaction): the next turn starts with it."""
+    """The agent that answered this turn answers the next (in a final write's transaction;
+    the conversation was loaded with the claim, and takes one message at a time)."""
     try:
         name = registry.public_name(starting.own_agent_name(run.conversation), result.last_agent)
     except Exception:
-        name = None
-    # Most turns end with the agent they started with: no write then (the conversation was
-    # loaded with the claim, and takes one message at a time).
-    if name is not None and name != run.conversation.current_agent:
-        Conversation.objects.filter(pk=run.conversation_id).update(current_agent=name)
+        return
+    run.conversation.hand_to(name)
 
 
 def _store_turn_usage(run: AgentRun, result: RunResultStreaming) -> None:

@@ -99,8 +99,8 @@ def turn_agent_name(conversation: Conversation) -> str:
     target), as the SDK's customer-service example does with `result.last_agent`; the
     conversation's own agent when none did, or when that one is no longer reachable."""
     started = own_agent_name(conversation)
-    current = conversation.current_agent
-    if current and current != started:
+    current = conversation.answering_agent or started
+    if current != started:
         try:
             registry.get_agent(current)
         except registry.UnknownAgent:
