@@ -17,7 +17,6 @@ from openai.types.responses import ResponseTextDeltaEvent
 
 from agentsite.db import hops
 from agentsite.db.hops import db_hop
-from conversations.session import open_session
 from engine import context as run_context
 from engine import events, mcp, policies, providers, registry
 from engine.executor import Job
@@ -130,13 +129,7 @@ async def _drive(
     # keeps the state's approvals when given one (openai-agents-python #4244).
     if context is None:
         context = run_context.RunContext.for_run(run)
-    session = open_session(
-        conversation.session_id,
-        owner=conversation.owner_id,
-        agent_name=run.agent_name,
-        conversation_pk=conversation.pk,
-        branch=run.branch,
-    )
+    session = rows.session_of(run)
     result: RunResultStreaming | None = None
     stopper: stopping.Stopper | None = None
     # Rules that ask for a person or reject stop calls of tools that need no approval too.

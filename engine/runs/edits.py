@@ -24,7 +24,7 @@ from django.utils.crypto import salted_hmac
 
 from approvals.models import ApprovalDecision, ApprovalRequest, ToolKind, arguments_hash
 from conversations.items import is_user_message
-from conversations.session import open_session, rewrite_items
+from conversations.session import rewrite_items
 from engine import registry
 from engine.models import AgentRun
 from engine.runs import errors, rows
@@ -209,14 +209,7 @@ async def edit_session_calls(run: AgentRun, edits: dict[str, str]) -> None:
     history never lacks an item however the process ends. Before the run goes on, by the
     one resume that claimed the state; should it fail, the run still runs the edited call
     (logged)."""
-    conversation = run.conversation
-    session = open_session(
-        conversation.session_id,
-        owner=conversation.owner_id,
-        agent_name=run.agent_name,
-        conversation_pk=conversation.pk,
-        branch=run.branch,
-    )
+    session = rows.session_of(run)
 
     turn_started = False  # items come newest first: older turns' calls stay as they ran
 

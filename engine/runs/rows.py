@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import RunResultStreaming
+from agents.memory.session import SessionABC
 from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from agentsite.db.hops import db_hop
 from approvals.models import ApprovalRequest, ApprovalStatus
+from conversations.session import open_session
 from engine import events, heartbeat, signals
 from engine.models import ACTIVE_STATUSES, AgentRun, ConsumedState, RunStatus
 from engine.sql import statements
@@ -188,3 +190,16 @@ def fail_sync(
                 recording.record_failure(run_id, reason, error_detail, now)
             signals.run_failed.send(sender=AgentRun, run_id=run_id, status=status, reason=reason)
     return bool(failed)
+
+
+def session_of(run: AgentRun) -> SessionABC:
+    """The run's conversation's session, on the branch the run was started on (a switch of
+    the conversation meanwhile moves none of the run's items)."""
+    conversation = run.conversation
+    return open_session(
+        conversation.session_id,
+        owner=conversation.owner_id,
+        agent_name=run.agent_name,
+        conversation_pk=conversation.pk,
+        branch=run.branch,
+    )
