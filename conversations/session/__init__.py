@@ -32,7 +32,7 @@ from conversations.session.opening import (
     rewrite_items,
     switch,
 )
-from conversations.session.run_writes import record_turn_usage
+from conversations.session.run_writes import current_branch, record_turn_usage
 from conversations.session.store import MAX_TURN
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "DjangoSession",
     "UnreadableSessionItem",
     "branching",
+    "current_branch",
     "fork",
     "open_session",
     "record_turn_usage",

@@ -1,5 +1,5 @@
-"""What the run engine writes into a conversation's store, inside the engine's own
-transaction: a turn's usage, in a run's final write."""
+"""What the run engine reads and writes of a conversation's store, inside its own
+transactions: the branch a new run starts on, and a turn's usage in a run's final write."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from agents.usage import Usage
 from django.db import connection
 from django.utils import timezone
 
+from conversations.models import Conversation
 from conversations.sql import statements
 
 logger = logging.getLogger(__name__)
@@ -59,3 +60,18 @@ def record_turn_usage(
             ],
         )
         return bool(cursor.rowcount)
+
+
+def current_branch(conversation_pk: int) -> str:
+    """The branch the conversation is on now (under the caller's lock of it, when it holds
+    one).
+
+    Raises:
+        Conversation.DoesNotExist: there is no such conversation.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(statements().current_branch, [conversation_pk])
+        row = cursor.fetchone()
+    if row is None:
+        raise Conversation.DoesNotExist(f"No conversation {conversation_pk}.")
+    return str(row[0])

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from conversations.models import Conversation
+from conversations.session import current_branch
 from engine import events, executor, heartbeat, registry
 from engine.models import AgentRun, RunStatus
 
@@ -56,11 +57,7 @@ def start_run(
     if user is not None and user.is_authenticated:
         _check_message_rate(user)
     if branch is None:
-        branch = (
-            Conversation.objects.filter(pk=conversation.pk)
-            .values_list("current_branch", flat=True)
-            .get()
-        )
+        branch = current_branch(conversation.pk)
     run = AgentRun.objects.create(
         conversation=conversation,
         branch=branch,
