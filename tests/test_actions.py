@@ -18,7 +18,6 @@ from conversations.session import AuditedEncryptedSession, DjangoSession, open_s
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_run, make_user, user_message
-from tests.test_architecture import import_graph, project_modules
 
 # The session store writes through threads of its own: they see only committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("submitted")]
@@ -367,15 +366,3 @@ def test_rename_collapses_spaces_and_is_not_activity(conversation: Conversation)
 
     conversation.refresh_from_db()
     assert conversation.title == "" and conversation.updated == before
-
-
-def test_the_api_acts_through_this_service_and_imports_no_view_module() -> None:
-    graph = import_graph(project_modules())
-    api = {
-        target
-        for module, targets in graph.items()
-        if module.startswith("api.")
-        for target in targets
-    }
-    assert "conversations.actions" in api
-    assert not any(target.endswith("views") and not target.startswith("api.") for target in api)

@@ -265,3 +265,31 @@ def test_the_readme_layout_names_every_package() -> None:
     packages = {path.parent.name for path in ROOT.glob("*/__init__.py")}
     assert set(PACKAGES) <= packages
     assert packages - named == set()
+
+
+def is_view(module: str) -> bool:
+    return module.rsplit(".", 1)[-1].endswith("views")
+
+
+def test_the_engine_imports_no_view(graph: dict[str, set[str]]) -> None:
+    engine = {m: {t for t in ts if is_view(t)} for m, ts in graph.items() if m.startswith("engine")}
+    assert {m: ts for m, ts in engine.items() if ts} == {}
+
+
+def test_the_api_imports_no_view_module_of_another_app(graph: dict[str, set[str]]) -> None:
+    api = {
+        (module, target)
+        for module, targets in graph.items()
+        if module.startswith("api.")
+        for target in targets
+        if is_view(target) and not target.startswith("api.")
+    }
+    assert api == set()
+    assert "conversations.actions" in graph["api.endpoints"]
+
+
+def test_it_sees_a_view_imported_from_the_engine() -> None:
+    graph = {"engine.runs.decisions": {"approvals.views", "engine.models"}, "api.endpoints": set()}
+    assert {m for m, ts in graph.items() if any(is_view(t) for t in ts)} == {
+        "engine.runs.decisions"
+    }
