@@ -17,8 +17,8 @@ from conversations.models import Branch, BusyWith, Conversation, SessionItem
 from conversations.session import AuditedEncryptedSession, DjangoSession, open_session
 from engine import runs
 from engine.models import AgentRun, RunStatus
+from tests.agentsite.test_architecture import import_graph, project_modules
 from tests.factories import make_conversation, make_run, make_user, user_message
-from tests.test_architecture import import_graph, project_modules
 
 # The session store writes through threads of its own: they see only committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("submitted")]

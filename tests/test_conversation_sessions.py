@@ -19,6 +19,7 @@ from django.urls import reverse
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
 from conversations.models import Conversation, TurnUsage
 from engine.models import AgentRun, RunStatus
+from tests.agentsite.test_csp import inline_code
 from tests.factories import (
     T0,
     make_conversation,
@@ -32,7 +33,6 @@ from tests.factories import (
     make_user,
     make_viewer,
 )
-from tests.test_csp import inline_code
 from tracing import pricing, session_views
 from tracing.models import Feedback, ModelPrice, Span, Trace, TraceOutcome
 

@@ -20,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
 from engine.models import RunStatus
+from tests.agentsite.test_csp import inline_code, policy_of
 from tests.factories import (
     make_request,
     make_reviewer,
@@ -30,7 +31,6 @@ from tests.factories import (
     make_viewer,
 )
 from tests.plans import explain
-from tests.test_csp import inline_code, policy_of
 from tracing import charts, dashboard
 from tracing.models import STATUS_OUTCOME, ModelPrice, Span, TraceOutcome
 from tracing.pricing import money

@@ -20,10 +20,10 @@ from django.utils import timezone
 
 from engine import heartbeat, runs, sweeper
 from engine.models import AgentRun, ProcessKind, RunStatus, ServerProcess
+from tests.agentsite.test_serve import send, signed_in
 from tests.factories import make_conversation, make_run, make_user, start_run
 from tests.live import ROOT, start_site, stop_site
 from tests.live import test_database_url as live_database_url
-from tests.test_shutdown import send, signed_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

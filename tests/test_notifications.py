@@ -35,6 +35,7 @@ from notifications.models import (
     NotificationPreference,
     NotificationStatus,
 )
+from tests.agentsite.test_csp import inline_code
 from tests.factories import (
     PASSWORD,
     make_request,
@@ -44,7 +45,6 @@ from tests.factories import (
     pause_run,
 )
 from tests.services import outbox_timer
-from tests.test_csp import inline_code
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 

@@ -35,6 +35,7 @@ from agentsite.settings import _otlp_endpoint
 from demo import model as demo_model
 from engine import runs
 from engine.models import AgentRun, RunStatus
+from tests.agentsite.test_settings import import_settings
 from tests.conftest import Traces
 from tests.factories import (
     customer_for,
@@ -46,7 +47,6 @@ from tests.factories import (
     make_user,
     make_viewer,
 )
-from tests.test_settings import import_settings
 from tracing import exporter as exporter_module
 from tracing import otlp
 from tracing.models import Span

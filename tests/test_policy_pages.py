@@ -29,8 +29,8 @@ from approvals.models import (
 )
 from engine import policies
 from engine.permissions import MANAGE_POLICIES_PERMISSION, can_manage_policies
+from tests.agentsite.test_csp import inline_code, policy_of
 from tests.factories import grant, make_request, make_reviewer, make_user
-from tests.test_csp import inline_code, policy_of
 
 pytestmark = pytest.mark.django_db
 

@@ -22,11 +22,11 @@ from conversations.models import Conversation
 from engine import events
 from engine.access import PAUSED_CODE
 from engine.models import AgentRun, RunStatus
+from tests.agentsite.test_serve import send, signed_in
 from tests.factories import make_conversation, make_user
 from tests.live import LiveSite, start_site, stop_site
 from tests.live import test_database_url as live_database_url
 from tests.services import RedisServer, running_redis
-from tests.test_shutdown import send, signed_in
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 

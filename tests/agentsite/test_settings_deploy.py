@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # The README's "Production" paragraph, as an environment.
 STRONG_KEY = "k7Vq2xR9mZ4tB8wL1nC6yH3pF0sD5gJ-aE_uW.iO!eT@rY#qU$zX%cN^vM&bK*"

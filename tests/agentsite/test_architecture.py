@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from agents import Agent
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = (
     "agentsite",
     "common",
@@ -225,7 +225,7 @@ import importlib, sys
 import django
 django.setup()
 from django.core.management import call_command
-from tests.test_architecture import project_modules
+from tests.agentsite.test_architecture import project_modules
 for name in project_modules():
     if not name.startswith("demo"):
         importlib.import_module(name)

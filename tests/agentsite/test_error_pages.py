@@ -39,7 +39,7 @@ def test_a_refusal_says_why_in_the_sites_403(client: Client) -> None:
     assert 'class="brand"' in html
 
 
-@pytest.mark.urls("tests.test_error_pages")
+@pytest.mark.urls("tests.agentsite.test_error_pages")
 def test_a_server_error_is_the_sites_500_without_the_error_text() -> None:
     client = Client(raise_request_exception=False)
     response = client.get("/boom/")

@@ -42,7 +42,7 @@ from tests.factories import make_conversation, make_user
 from tests.postgres import PostgresServer, client_connections, running_postgres
 from tests.services import running_redis
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 USERS = 10
 MESSAGES = 3
 # Pools: the web process 8, each worker 4; the sampler of this test 1 and the set-up's

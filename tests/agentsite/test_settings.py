@@ -16,9 +16,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agentsite.settings import env_bool, env_float, env_int, env_json_list, env_mapping
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAME = "AGENTSITE_TEST_SETTING"
-# Strong enough for DEBUG off (a weak key is refused: tests/test_deploy.py).
+# Strong enough for DEBUG off (a weak key is refused: tests/agentsite/test_settings_deploy.py).
 PRODUCTION_KEY = "a-production-secret-Xr4Tq9Lm2Vz7Kb1Nw8Hc5Jd3Pf6Gs0Ye-uA"
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 
-from tests.test_deploy import PRODUCTION, STRONG_KEY, manage
-from tests.test_settings import variables_read
+from tests.agentsite.test_settings import variables_read
+from tests.agentsite.test_settings_deploy import PRODUCTION, STRONG_KEY, manage
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / ".env.example"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 
