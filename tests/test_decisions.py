@@ -20,8 +20,8 @@ from approvals.models import (
     ToolKind,
 )
 from engine import runs
+from tests.api.test_endpoints import post, token_for
 from tests.factories import make_request, make_reviewer
-from tests.test_api import post, token_for
 
 pytestmark = pytest.mark.django_db
 

@@ -234,7 +234,7 @@ def test_the_key_appears_in_no_log_row_or_page(
     assert len([url for url in pages if url.startswith("/admin/")]) > 20
 
 
-@pytest.mark.urls("tests.test_secrets")
+@pytest.mark.urls("tests.common.test_secrets")
 def test_the_key_is_not_on_the_debug_error_page(settings: Any) -> None:
     settings.OPENAI_API_KEY = CANARY
     settings.DEBUG = True
