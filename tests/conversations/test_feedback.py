@@ -24,8 +24,8 @@ from conversations.session import open_session
 from engine import events, serverloop
 from engine.models import AgentRun, RunStatus
 from tests.agentsite.test_csp import inline_code
+from tests.conversations.test_consumers import HOST, ORIGIN, session_cookie
 from tests.factories import make_conversation, make_run, make_user, user_message
-from tests.test_chat_consumer import HOST, ORIGIN, session_cookie
 from tracing.models import Feedback
 
 pytestmark = pytest.mark.django_db(transaction=True)
