@@ -25,11 +25,11 @@ from demo.models import Order
 from demo.seed import seed_orders
 from engine import runs
 from engine.models import AgentRun, RunStatus
+from tests.approvals.test_views import XSS
 from tests.browser import in_thread, log_in
 from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
-from tests.test_inbox import XSS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -18,6 +18,7 @@ from agentsite.asgi import router
 from approvals.models import ApprovalRequest
 from conversations.models import Conversation
 from engine import access, events
+from tests.approvals.test_consumers import HOST, ORIGIN
 from tests.factories import (
     make_conversation,
     make_request,
@@ -27,7 +28,6 @@ from tests.factories import (
     make_user,
     make_viewer,
 )
-from tests.test_inbox_consumer import HOST, ORIGIN
 from tracing.models import Trace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_layer")]

@@ -18,6 +18,7 @@ from channels.testing import WebsocketCommunicator
 
 from demo.seed import seed_orders
 from engine import events, executor, runs, serverloop
+from tests.approvals.test_consumers import HOST, ORIGIN, cookie_of
 from tests.conftest import Traces
 from tests.factories import (
     make_conversation,
@@ -29,7 +30,6 @@ from tests.factories import (
     make_user,
     make_viewer,
 )
-from tests.test_inbox_consumer import HOST, ORIGIN, cookie_of
 from tracing.exporter import DatabaseExporter
 from tracing.models import Span, Trace
 

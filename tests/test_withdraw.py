@@ -26,9 +26,9 @@ from conversations.session import DjangoSession
 from engine import events, runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
+from tests.approvals.test_consumers import open_socket
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.test_decide_race import race
-from tests.test_inbox_consumer import open_socket
 from tracing import recording
 from tracing.models import Span
 

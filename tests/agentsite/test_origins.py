@@ -12,8 +12,8 @@ from channels.testing import WebsocketCommunicator
 
 from agentsite import origins
 from agentsite.asgi import router
+from tests.approvals.test_consumers import cookie_of
 from tests.factories import make_reviewer
-from tests.test_inbox_consumer import cookie_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_layer")]
 

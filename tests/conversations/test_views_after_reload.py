@@ -18,6 +18,7 @@ from conversations.session import DjangoSession
 from engine import events, runs
 from engine.models import AgentRun, RunStatus
 from engine.runs import streaming
+from tests.approvals.test_consumers import open_socket
 from tests.factories import (
     make_conversation,
     make_request,
@@ -25,7 +26,6 @@ from tests.factories import (
     make_run,
     make_user,
 )
-from tests.test_inbox_consumer import open_socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 

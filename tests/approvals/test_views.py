@@ -22,6 +22,7 @@ from demo.models import Order
 from demo.seed import seed_orders
 from engine import runs
 from engine.models import AgentRun, RunStatus
+from tests.approvals.test_views_bulk import confirmation_data
 from tests.factories import (
     make_decision,
     make_request,
@@ -31,7 +32,6 @@ from tests.factories import (
     pause_run,
 )
 from tests.plans import explain
-from tests.test_workbench_bulk import confirmation_data
 
 pytestmark = pytest.mark.django_db
 

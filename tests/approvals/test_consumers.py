@@ -16,8 +16,8 @@ from agentsite.asgi import router
 from approvals.models import ApprovalRequest
 from demo.seed import seed_orders
 from engine import events, runs
+from tests.approvals.test_views import XSS
 from tests.factories import make_conversation, make_request, make_reviewer, make_user
-from tests.test_inbox import XSS
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_layer")]
 

@@ -249,7 +249,7 @@ def test_the_inbox_shows_her_own_requests_as_needing_another_reviewer(
 
 @pytest.mark.usefixtures("fresh_layer")
 async def test_a_pushed_row_says_needs_another_reviewer_to_her_only() -> None:
-    from tests.test_inbox_consumer import created, open_socket
+    from tests.approvals.test_consumers import created, open_socket
 
     rita = await sync_to_async(make_reviewer)()
     bob = await sync_to_async(make_reviewer)("bob")

@@ -12,8 +12,8 @@ from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from demo.models import OrderEvent
 from engine import runs
 from engine.models import AgentRun, RunStatus
+from tests.approvals.test_views_bulk import confirmation_data
 from tests.factories import REVIEWER, grant, make_conversation, make_user, pause_run
-from tests.test_workbench_bulk import confirmation_data
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]

@@ -26,8 +26,8 @@ from conversations.rendering import call_for, plain_call
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted, test_mcp
+from tests.approvals.test_views import XSS
 from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
-from tests.test_inbox import XSS
 
 pytestmark = pytest.mark.django_db
 

@@ -19,8 +19,8 @@ from approvals import explain
 from approvals.models import ApprovalOrigin, ApprovalRequest
 from demo.models import Order
 from engine import facts, registry, runs
+from tests.approvals.test_views import XSS
 from tests.factories import make_request, make_reviewer, make_run, make_user
-from tests.test_inbox import XSS
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -207,7 +207,7 @@ def test_a_hook_that_raises_or_is_slow_says_facts_unavailable(
 def test_a_pushed_row_explains_itself_too(client: Client) -> None:
     import asyncio
 
-    from tests.test_inbox_consumer import created, open_socket
+    from tests.approvals.test_consumers import created, open_socket
 
     alice = make_user(username="alice")
     rita = make_reviewer()
