@@ -25,8 +25,9 @@ from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, 
 from conversations.rendering import call_for, plain_call
 from engine import runs
 from engine.models import AgentRun, RunStatus
-from tests import scripted, test_mcp
+from tests import scripted
 from tests.approvals.test_views import XSS
+from tests.engine import test_mcp
 from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
 
 pytestmark = pytest.mark.django_db

@@ -31,12 +31,12 @@ from engine import runs
 from engine.management.commands.run_worker import ConcurrentWorker
 from engine.models import AgentRun, ProcessKind, RunStatus, ServerProcess
 from tests import live
+from tests.engine.test_executor import approval_cycle
 from tests.factories import start_run
-from tests.test_executors import approval_cycle
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LATENCY_MODEL = "bench.conversations.LatencyDemoModel"
 TIMEOUT = 30.0
 RESTART = "interrupted by a restart"

@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 
 from approvals import consumers
 from engine import access
-from tests.test_socket_access import CLOSED, Inbox, logged_in, open_socket
+from tests.engine.test_access import CLOSED, Inbox, logged_in, open_socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_layer")]
 

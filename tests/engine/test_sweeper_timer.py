@@ -16,7 +16,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest, ApprovalStatus
 from engine import executor, runs, serverloop, sweeper
 from engine.models import AgentRun, RunStatus
-from tests.test_sweeper import queued_cancel
+from tests.engine.test_sweeper import queued_cancel
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -232,7 +232,7 @@ import django
 django.setup()
 from engine.models import ProcessKind
 from engine import events, executor, heartbeat
-from tests import test_sweeper_concurrency as here
+from tests.engine import test_sweeper_concurrency as here
 records = []
 executor.submit, publish = here.recording(records)
 events.publish_threadsafe = events.publish_sync = publish

@@ -269,7 +269,7 @@ async def test_a_shell_command_stopped_while_it_runs_gets_a_shell_output(
     output does not answer it, and the next turn would be refused)."""
     from agents import ShellTool
 
-    from tests.test_approval_kinds import shell_call, streamed
+    from tests.engine.test_calls import shell_call, streamed
 
     started, finish = asyncio.Event(), asyncio.Event()
 

@@ -24,7 +24,7 @@ from tests.factories import make_conversation, make_reviewer, make_user
 # The runs execute in other threads or another process: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0
 
 

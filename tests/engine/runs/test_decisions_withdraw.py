@@ -27,8 +27,8 @@ from engine import events, runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.approvals.test_consumers import open_socket
+from tests.engine.runs.test_decisions_race import race
 from tests.factories import make_conversation, make_reviewer, make_user
-from tests.test_decide_race import race
 from tracing import recording
 from tracing.models import Span
 
