@@ -13,7 +13,14 @@ from playwright.sync_api import expect
 
 from tests.browser import log_in
 from tests.factories import make_viewer
-from tests.test_dashboard import RANGE, REQUESTS, TRACES, seed_price, seed_requests, seed_traces
+from tests.tracing.test_dashboard import (
+    RANGE,
+    REQUESTS,
+    TRACES,
+    seed_price,
+    seed_requests,
+    seed_traces,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

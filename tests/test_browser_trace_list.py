@@ -15,7 +15,7 @@ from tests.browser import log_in
 from tests.factories import make_user
 from tests.live import flush_traces
 from tests.test_browser_traces import PASSWORD, operator
-from tests.test_trace_list import UNPRICED, priced, traced_run
+from tests.tracing.test_list_views import UNPRICED, priced, traced_run
 from tracing.models import Feedback, Trace, TraceOutcome
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -35,7 +35,7 @@ from tests.factories import (
     make_user,
     make_viewer,
 )
-from tests.test_trace_views import HANDOFF_AND_TOOLS, script_demo_model
+from tests.tracing.test_trace_views import HANDOFF_AND_TOOLS, script_demo_model
 from tracing.models import Span, Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -480,7 +480,7 @@ def test_screenshot_of_the_trace_viewer(
 
 
 def big_trace(count: int = 10_000, **fields: Any) -> tuple[Trace, list[Span]]:
-    from tests.test_trace_views import realistic_spans
+    from tests.tracing.test_trace_views import realistic_spans
 
     trace = make_trace(**fields)
     spans = realistic_spans(trace, count)
@@ -676,7 +676,7 @@ def test_on_a_phone_a_spans_details_open_where_the_reader_is(live_site: Any, bro
 def test_the_summary_says_how_the_run_went_and_what_the_user_thought(
     live_site: Any, page: Any
 ) -> None:
-    from tests.test_trace_detail import summarised_trace
+    from tests.tracing.test_tree import summarised_trace
 
     operator()
     trace, _ = summarised_trace(status="ok")

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.factories import T0, grant, make_staff, make_user, make_viewer
-from tests.test_trace_list import PRICED, UNPRICED, priced, traced_run
+from tests.tracing.test_list_views import PRICED, UNPRICED, priced, traced_run
 from tracing import cost_views
 from tracing.forms import CostRangeForm
 from tracing.models import ModelPrice, Span, Trace, TraceOutcome

@@ -388,7 +388,7 @@ def test_it_pages_through_100000_traces_by_keyset_through_an_index(
     seen: list[str] = []
     url = reverse("trace_list")
     # The session, the user, the traces, their spans counted, the price table, their calls'
-    # usage, their runs' ratings (tests/test_trace_list.py: the same for 5 rows and 50).
+    # usage, their runs' ratings (tests/tracing/test_list_views.py: the same for 5 rows and 50).
     for _ in range(4):
         with django_assert_max_num_queries(9):
             response, queries = page(url)

@@ -29,7 +29,7 @@ from tests.factories import (
     make_user,
     make_viewer,
 )
-from tests.test_trace_views import realistic_spans
+from tests.tracing.test_trace_views import realistic_spans
 from tracing import pricing
 from tracing import tree as trees
 from tracing.models import (

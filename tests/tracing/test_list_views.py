@@ -35,7 +35,7 @@ from tests.factories import (
     make_viewer,
 )
 from tests.plans import explain
-from tests.test_trace_views import run_demo
+from tests.tracing.test_trace_views import run_demo
 from tracing import export_views
 from tracing.models import Feedback, ModelPrice, Span, Trace, TraceOutcome, TraceStatus
 
