@@ -21,18 +21,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "cluster: starts a cluster of its own (PostgreSQL, Redis, nginx, web and worker "
-        "processes: tests/cluster.py), so `make test` runs it once, in the SQLite pass",
+        "processes: tests/cluster/__init__.py), so `make test` runs it once, in the SQLite "
+        "pass",
     )
+
+
+# The folder of the tests that start a cluster of their own, as node ids begin.
+CLUSTER_TESTS = "tests/cluster/"
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`make test` spreads each pass over processes (pytest-xdist, `--dist loadscope`): a
     module's tests run together on one process, so its module-scoped fixtures (a browser, a
-    cluster) start once; and the modules whose name says cluster are one unit, run one after
-    the other on one process: their clusters' release steps all run collectstatic into the
-    one staticfiles/ folder, and a cluster is the heaviest thing the suite starts. (xdist's
-    own `loadgroup` marks no longer reach pytest 9's node ids.)"""
+    cluster) start once; and the modules of tests/cluster/ are one unit, run one after the
+    other on one process: their clusters' release steps all run collectstatic into the one
+    staticfiles/ folder, and a cluster is the heaviest thing the suite starts. (xdist's own
+    `loadgroup` marks no longer reach pytest 9's node ids.)"""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -40,7 +45,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return "cluster" if "cluster" in module.rsplit("/", 1)[-1] else module
+            return "cluster" if module.startswith(CLUSTER_TESTS) else module
 
     return ByModule(config, log)
 

@@ -1,6 +1,6 @@
 """Error pages are the site's own (its layout, what happened, what to do, the CSP), and a
 failed htmx request is explained on the page instead of looking like a click that did nothing
-(`static/agentsite/errors.js`, checked in a browser in tests/test_browser_errors.py)."""
+(`static/agentsite/errors.js`, checked in a browser in tests/browser/test_errors.py)."""
 
 from __future__ import annotations
 

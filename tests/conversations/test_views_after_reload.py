@@ -1,5 +1,5 @@
 """Issue 13, part 5: the chat page tells the truth after reloads and resumes, and the request
-page once a request is decided. (The browser half: tests/test_browser_chat_truth.py.)"""
+page once a request is decided. (The browser half: tests/browser/test_chat_after_reload.py.)"""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from playwright.sync_api import expect
 
 from demo.seed import seed_orders
 from tests.browser import log_in
+from tests.browser.test_chat import PASSWORD, say, wait_until_live
 from tests.factories import make_user
-from tests.test_browser_chat import PASSWORD, say, wait_until_live
 from tracing.models import Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

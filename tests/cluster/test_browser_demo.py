@@ -2,7 +2,8 @@
 cancel order 44, rita approves it in her live inbox, alice sees the reply; the run executes
 in a worker and every push crosses Redis between the web processes.
 
-Marked `cluster` as tests/test_cluster.py is (its own PostgreSQL: `make test` runs it once).
+Marked `cluster` as tests/cluster/test_across_processes.py is (its own PostgreSQL: `make test`
+runs it once).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The reviewers' policy pages (issue 15, part 6) in a real Chromium, against the session's
 daphne server: a reviewer who may manage the rules writes "approve refunds ≤ 20" in the real
 form; a refund of 15 then never reaches her inbox, while a refund of 80 does, saying that no
-policy applies. Pauses are made in this process as in tests/test_browser_inbox.py."""
+policy applies. Pauses are made in this process as in tests/browser/test_inbox.py."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from approvals.models import ApprovalDecision, ApprovalPolicy, ApprovalStatus
 from demo.models import Order
 from engine.permissions import MANAGE_POLICIES_PERMISSION
 from tests.browser import log_in
-from tests.factories import grant, make_reviewer, make_user
-from tests.test_browser_inbox import (
+from tests.browser.test_inbox import (
     PASSWORD,
     demo,  # noqa: F401  (fixture: orders, runs that pause)
     open_inbox,
     pause,
 )
+from tests.factories import grant, make_reviewer, make_user
 
 pytestmark = [
     pytest.mark.browser,

@@ -9,6 +9,9 @@ fast heartbeat, no rate limits and no model credentials; and the people who use 
 
 The test process's own database is not the cluster's: tests read the cluster's rows with
 `cluster_rows` (plain SQL on its PostgreSQL), and run on whatever database pytest set up.
+
+This folder's modules are the tests that start one (marked `cluster`); the benchmarks start
+theirs with the same helpers.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser import log_in
+from tests.browser.test_traces import PASSWORD, operator
 from tests.factories import make_user
 from tests.live import flush_traces
-from tests.test_browser_traces import PASSWORD, operator
 from tests.tracing.test_list_views import UNPRICED, priced, traced_run
 from tracing.models import Feedback, Trace, TraceOutcome
 

@@ -16,8 +16,8 @@ from conversations.models import Conversation
 from demo.seed import seed_orders
 from engine.models import AgentRun
 from tests.browser import log_in
+from tests.browser.test_chat import PASSWORD, say, wait_until_live
 from tests.factories import make_user
-from tests.test_browser_chat import PASSWORD, say, wait_until_live
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -1,4 +1,4 @@
-"""Small helpers for browser tests."""
+"""Small helpers for the browser tests of this folder."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from conversations.models import Conversation
 from demo.seed import seed_orders
 from engine.models import AgentRun
 from tests.browser import log_in
+from tests.browser.test_chat import open_new_chat, say
 from tests.factories import VIEWER, make_user
-from tests.test_browser_chat import open_new_chat, say
 from tracing.models import Feedback
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PASSWORD = "alice-pass-123"
 SHOTS = "/tmp/sessions-{}.png"
 # Every screenshot with caret="initial": Playwright's default hides the caret with an inline
-# style on the focused box, which the site's policy refuses (tests/test_browser_login.py).
+# style on the focused box, which the site's policy refuses (tests/browser/test_login.py).
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalDecision, ApprovalStatus, DecisionKind
 from demo.models import Order
 from engine.models import RunStatus
-from tests.factories import make_reviewer, make_user
-from tests.test_browser_inbox import (
+from tests.browser.test_inbox import (
     PASSWORD,
     demo,  # noqa: F401  (fixture: orders, runs that pause)
     open_inbox,
     pause,
     wait_for_run,
 )
+from tests.factories import make_reviewer, make_user
 
 pytestmark = [
     pytest.mark.browser,

@@ -9,13 +9,13 @@ import pytest
 from playwright.sync_api import expect
 
 from approvals.models import ApprovalDecision, ApprovalRequest
-from tests.factories import make_reviewer, make_user
-from tests.test_browser_inbox import (
+from tests.browser.test_inbox import (
     PASSWORD,
     demo,  # noqa: F401  (fixture: orders, runs that pause)
     open_inbox,
     pause,
 )
+from tests.factories import make_reviewer, make_user
 
 pytestmark = [
     pytest.mark.browser,

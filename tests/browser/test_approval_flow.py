@@ -18,10 +18,10 @@ from approvals.models import ApprovalRequest
 from demo.models import Order
 from demo.seed import seed_orders
 from tests.browser import log_in
+from tests.browser.test_inbox import pause
 from tests.factories import make_user
 from tests.live import free_port, start_site, stop_site
 from tests.live import test_database_url as current_database_url
-from tests.test_browser_inbox import pause
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

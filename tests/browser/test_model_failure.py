@@ -15,11 +15,11 @@ from playwright.sync_api import expect
 from demo.seed import seed_orders
 from engine import model_errors
 from engine.models import AgentRun, RunStatus
+from tests.browser.test_chat import PASSWORD, open_new_chat, say
 from tests.factories import make_user
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
 from tests.provider import LocalProvider, fail, text, use_local_provider
-from tests.test_browser_chat import PASSWORD, open_new_chat, say
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -21,10 +21,10 @@ from demo.models import OrderEvent
 from demo.seed import seed_orders
 from engine.models import AgentRun, RunStatus
 from tests.browser import log_in
+from tests.browser.test_chat import open_new_chat, say
 from tests.factories import make_reviewer, make_user
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
-from tests.test_browser_chat import open_new_chat, say
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -18,10 +18,10 @@ from approvals.models import ApprovalRequest
 from demo.seed import seed_orders
 from engine import executor, runs
 from tests.browser import in_thread, log_in
+from tests.browser.test_chat import WAITING, say, still_same_document, wait_until_live
 from tests.factories import PASSWORD, make_conversation, make_reviewer, make_user
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
-from tests.test_browser_chat import WAITING, say, still_same_document, wait_until_live
 from tracing.models import Feedback
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

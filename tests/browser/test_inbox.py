@@ -214,7 +214,7 @@ def test_bulk_approve_decides_every_selected_request(live_site: Any, page: Any) 
     page.get_by_label("Select all").check()
     expect(page.locator("[data-selected-count]")).to_have_text("3 selected")
     approve_selected.click()
-    # It asks first (tests/test_browser_workbench_bulk.py), listing the three.
+    # It asks first (tests/browser/test_inbox_bulk.py), listing the three.
     dialog = page.get_by_role("dialog", name="Approve 3 requests?")
     expect(dialog.locator(".confirm-row")).to_have_count(3)
     dialog.get_by_role("button", name="Approve 3 requests").click()
