@@ -57,9 +57,9 @@ def inline_code(html: str) -> list[str]:
 
 
 @pytest.fixture
-def admin() -> Any:
-    """One user who sees every page: her own chats, the inbox, the traces and the admin."""
-    make_user(username="admin", is_staff=True, is_superuser=True)
+def admin(admin: Any) -> Any:
+    """admin, here also a reviewer: one user who sees every page (her own chats, the inbox,
+    the traces and the admin)."""
     return make_reviewer(username="admin")
 
 

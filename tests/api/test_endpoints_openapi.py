@@ -107,14 +107,3 @@ def test_schemathesis_finds_no_server_error_and_no_answer_off_the_schema(
     assert time.monotonic() - started < 60
     # And the server logged no error of its own meanwhile.
     assert "Traceback" not in live_site.log()[logged:]
-
-
-@pytest.mark.browser
-@pytest.mark.django_db(transaction=True)
-def test_the_docs_page_works_in_a_browser_under_the_sites_csp(
-    live_site: LiveSite, page: Any
-) -> None:
-    # The `page` fixture fails the test on anything the Content Security Policy refuses.
-    page.goto(f"{live_site.url}/api/v1/docs")
-    page.get_by_text("/api/v1/requests/{request_id}/decide").first.wait_for()
-    assert page.locator(".opblock").count() == 8

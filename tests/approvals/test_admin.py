@@ -24,12 +24,6 @@ DECISIONS = "/admin/approvals/approvaldecision/"
 BULK = "/inbox/decide/"
 
 
-@pytest.fixture
-def admin_client(client: Client) -> Client:
-    client.force_login(make_user(username="admin", is_staff=True, is_superuser=True))
-    return client
-
-
 def paused_run(submitted: list[tuple[str, int]], text: str = "cancel order 42") -> AgentRun:
     run = pause_run(text)
     assert submitted[-1] == ("execute", run.pk)

@@ -70,13 +70,6 @@ def row_of(html: str, request: ApprovalRequest) -> str:
 
 
 @pytest.fixture
-def rita(client: Client) -> Any:
-    reviewer = make_reviewer()
-    client.force_login(reviewer)
-    return reviewer
-
-
-@pytest.fixture
 def each_kind() -> dict[str, ApprovalRequest]:
     """One pending request of each kind, each of its own waiting run, asked by bob."""
     bob = make_user(username="bob")

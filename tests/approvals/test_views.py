@@ -42,13 +42,6 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 # --- data -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def rita(client: Client) -> Any:
-    reviewer = make_reviewer()
-    client.force_login(reviewer)
-    return reviewer
-
-
 def decide_data(request: ApprovalRequest, action: str, **extra: str) -> dict[str, str]:
     return {"action": action, "seen_hash": request.arguments_hash, **extra}
 

@@ -22,13 +22,6 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 URL = "/inbox/decide/"
 
 
-@pytest.fixture
-def rita(client: Client) -> Any:
-    reviewer = make_reviewer()
-    client.force_login(reviewer)
-    return reviewer
-
-
 def text(response: Any) -> str:
     return str(response.content.decode())
 

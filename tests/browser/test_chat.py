@@ -14,12 +14,16 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
 from conversations.models import Conversation, SessionItem
-from demo.seed import seed_orders
 from engine import executor, runs
 from tests.browser import log_in
 from tests.factories import make_user
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    # alice is the demo customer who owns orders 42, 44 and 46.
+    pytest.mark.usefixtures("orders"),
+]
 
 PASSWORD = "alice-pass-123"
 WAITING = "A person will confirm: cancel an order that has not been delivered yet (order 42)"
@@ -37,12 +41,6 @@ WATCH_STREAM = """() => {
     childList: true, subtree: true, characterData: true,
   });
 }"""
-
-
-@pytest.fixture
-def alice() -> Any:
-    seed_orders()
-    return make_user(username="alice", password=PASSWORD)
 
 
 def open_new_chat(page: Any, live_site: Any) -> str:

@@ -15,16 +15,20 @@ import pytest
 from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
-from demo.seed import seed_orders
 from engine import executor, runs
 from tests.browser import in_thread, log_in
 from tests.browser.test_chat import WAITING, say, still_same_document, wait_until_live
-from tests.factories import PASSWORD, make_conversation, make_reviewer, make_user
+from tests.factories import PASSWORD, make_conversation, make_reviewer
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
 from tracing.models import Feedback
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    # alice is the demo customer who owns orders 42, 44 and 46.
+    pytest.mark.usefixtures("orders"),
+]
 
 # Every text the streaming reply shows, on a node that re-syncs never replace.
 WATCH_STREAM = """() => {
@@ -38,12 +42,6 @@ WATCH_STREAM = """() => {
     childList: true, subtree: true, characterData: true,
   });
 }"""
-
-
-@pytest.fixture
-def alice() -> Any:
-    seed_orders()
-    return make_user(username="alice")
 
 
 @pytest.fixture
@@ -145,11 +143,9 @@ def test_the_waiting_error_clears_when_the_run_resumes(
 
 
 def test_the_request_page_stops_waiting_once_another_reviewer_decides(
-    live_site: Any, page: Any, browser: Any, monkeypatch: pytest.MonkeyPatch
+    live_site: Any, page: Any, browser: Any, monkeypatch: pytest.MonkeyPatch, alice: Any
 ) -> None:
-    seed_orders()
     monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
-    alice = make_user(username="alice")
     make_reviewer("rita")
     make_reviewer("bob")
 

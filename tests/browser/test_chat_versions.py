@@ -13,22 +13,19 @@ import pytest
 from playwright.sync_api import expect
 
 from conversations.models import Conversation
-from demo.seed import seed_orders
 from engine.models import AgentRun
 from tests.browser import log_in
 from tests.browser.test_chat import PASSWORD, say, wait_until_live
-from tests.factories import make_user
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    # alice is the demo customer who owns orders 42, 44 and 46.
+    pytest.mark.usefixtures("orders"),
+]
 
 QUESTIONS = ["where is order 44", "where is order 46", "where is order 42"]
 EDITED = "is order 42 shipped yet?"
-
-
-@pytest.fixture
-def alice() -> Any:
-    seed_orders()
-    return make_user(username="alice", password=PASSWORD)
 
 
 def bubbles(page: Any) -> list[str]:

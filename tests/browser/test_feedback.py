@@ -12,25 +12,23 @@ import pytest
 from playwright.sync_api import expect
 
 from conversations.models import Conversation
-from demo.seed import seed_orders
 from engine.models import AgentRun
 from tests.browser import log_in
 from tests.browser.test_chat import open_new_chat, say
 from tests.factories import VIEWER, make_user
 from tracing.models import Feedback
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    # alice is the demo customer who owns orders 42, 44 and 46.
+    pytest.mark.usefixtures("orders"),
+]
 
 PASSWORD = "alice-pass-123"
 SHOTS = "/tmp/sessions-{}.png"
 # Every screenshot with caret="initial": Playwright's default hides the caret with an inline
 # style on the focused box, which the site's policy refuses (tests/browser/test_login.py).
-
-
-@pytest.fixture
-def alice() -> Any:
-    seed_orders()
-    return make_user(username="alice", password=PASSWORD)
 
 
 def test_a_thumbs_down_with_a_comment_on_a_live_reply_then_the_reload_shows_it(

@@ -22,7 +22,6 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalRequest
 from conversations.models import SessionItem
 from demo.models import Order
-from demo.seed import seed_orders
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests.approvals.test_views import XSS
@@ -31,16 +30,14 @@ from tests.factories import make_conversation, make_request, make_reviewer, make
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    # The demo shop's orders, and runs started here that pause without running on.
+    pytest.mark.usefixtures("orders", "submitted"),
+]
 
 PASSWORD = "pass-for-tests"
-
-
-@pytest.fixture(autouse=True)
-def demo(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The demo shop's orders, and runs started here that pause without running on."""
-    seed_orders()
-    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
 
 
 def pause(text: str, owner: Any) -> ApprovalRequest:

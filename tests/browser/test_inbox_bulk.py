@@ -11,7 +11,6 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalDecision, ApprovalRequest
 from tests.browser.test_inbox import (
     PASSWORD,
-    demo,  # noqa: F401  (fixture: orders, runs that pause)
     open_inbox,
     pause,
 )
@@ -20,7 +19,7 @@ from tests.factories import make_reviewer, make_user
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("demo"),
+    pytest.mark.usefixtures("orders", "submitted"),
 ]
 
 

@@ -14,7 +14,6 @@ from demo.models import Order
 from engine.models import RunStatus
 from tests.browser.test_inbox import (
     PASSWORD,
-    demo,  # noqa: F401  (fixture: orders, runs that pause)
     open_inbox,
     pause,
     wait_for_run,
@@ -24,7 +23,7 @@ from tests.factories import make_reviewer, make_user
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("demo"),
+    pytest.mark.usefixtures("orders", "submitted"),
 ]
 
 

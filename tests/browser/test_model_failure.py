@@ -12,24 +12,21 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from demo.seed import seed_orders
 from engine import model_errors
 from engine.models import AgentRun, RunStatus
-from tests.browser.test_chat import PASSWORD, open_new_chat, say
-from tests.factories import make_user
+from tests.browser.test_chat import open_new_chat, say
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
 from tests.provider import LocalProvider, fail, text, use_local_provider
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    # alice is the demo customer who owns orders 42, 44 and 46.
+    pytest.mark.usefixtures("orders"),
+]
 
 REPLY = "Order 44 has shipped and arrives on Friday."
-
-
-@pytest.fixture
-def alice() -> Any:
-    seed_orders()
-    return make_user(username="alice", password=PASSWORD)
 
 
 @pytest.fixture

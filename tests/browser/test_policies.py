@@ -21,7 +21,6 @@ from engine.permissions import MANAGE_POLICIES_PERMISSION
 from tests.browser import log_in
 from tests.browser.test_inbox import (
     PASSWORD,
-    demo,  # noqa: F401  (fixture: orders, runs that pause)
     open_inbox,
     pause,
 )
@@ -30,7 +29,7 @@ from tests.factories import grant, make_reviewer, make_user
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("demo", "pinned_policy_content_type"),
+    pytest.mark.usefixtures("orders", "submitted", "pinned_policy_content_type"),
 ]
 
 # Where the pictures of the pages go, to be looked at (not part of the work tree).

@@ -10,7 +10,6 @@ the database, or by a demo run in this process whose spans are flushed before th
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
 import time
 from collections.abc import Callable
@@ -24,7 +23,6 @@ from approvals.models import ApprovalRequest
 from demo.seed import seed_orders
 from engine import runs
 from engine.models import AgentRun, RunStatus
-from tests import factories
 from tests.browser import in_thread, log_in
 from tests.conftest import Traces
 from tests.factories import (
@@ -38,20 +36,14 @@ from tests.factories import (
 from tests.tracing.test_trace_views import HANDOFF_AND_TOOLS, script_demo_model
 from tracing.models import Span, Trace
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    # The 10,000 spans of a test here would push every later test's traces weeks back.
+    pytest.mark.usefixtures("own_numbers"),
+]
 
 PASSWORD = "pass-for-tests"
-
-
-@pytest.fixture(autouse=True)
-def own_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The factories number traces and spans from one counter, and each new trace starts a
-    minute further back per number drawn: the 10,000 spans of a test here would push every
-    later test's traces weeks back (the trace list's date filters count on them being near
-    T0). This file's tests draw from a counter of their own, and leave the shared one as it
-    was."""
-    start = next(factories._numbers)
-    monkeypatch.setattr(factories, "_numbers", itertools.count(start + 1))
 
 
 def operator(username: str = "olga") -> Any:

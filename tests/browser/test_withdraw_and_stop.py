@@ -18,24 +18,22 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from demo.models import OrderEvent
-from demo.seed import seed_orders
 from engine.models import AgentRun, RunStatus
 from tests.browser import log_in
 from tests.browser.test_chat import open_new_chat, say
-from tests.factories import make_reviewer, make_user
+from tests.factories import make_reviewer
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    # alice is the demo customer who owns orders 42, 44 and 46.
+    pytest.mark.usefixtures("orders"),
+]
 
 PASSWORD = "alice-pass-123"
 REVIEWER_PASSWORD = "pass-for-tests"
-
-
-@pytest.fixture
-def alice() -> Any:
-    seed_orders()
-    return make_user(username="alice", password=PASSWORD)
 
 
 @pytest.fixture

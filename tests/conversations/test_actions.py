@@ -18,21 +18,15 @@ from conversations.session import AuditedEncryptedSession, DjangoSession, open_s
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests.agentsite.test_architecture import import_graph, project_modules
-from tests.factories import make_conversation, make_run, make_user, user_message
+from tests.factories import make_conversation, make_run, user_message
 
 # The session store writes through threads of its own: they see only committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("submitted")]
 
 
 @pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
-@pytest.fixture
-def conversation(alice: Any) -> Conversation:
-    """Alice's conversation with the support desk: two turns, each answered."""
-    conversation = make_conversation(owner=alice, agent_name="support")
+def conversation(conversation: Conversation) -> Conversation:
+    """alice's conversation with the support desk, here with two turns, each answered."""
     for question, answer in [("where is order 44", "On its way."), ("and 46?", "Delivered.")]:
         SessionItem.objects.create(conversation=conversation, payload=user_message(question))
         reply = {"role": "assistant", "content": answer}

@@ -17,21 +17,17 @@ from django.utils import timezone
 from agentsite.asgi import application
 from conversations.models import Conversation
 from demo.seed import seed_orders
-from engine import events, runs, serverloop
+from engine import events, runs
 from engine.models import AgentRun, RunStatus
 from tests.factories import make_conversation, make_request, make_run, make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("quiet_server", "fresh_registry"),
+]
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
 HOST = (b"host", b"127.0.0.1")
-
-
-@pytest.fixture(autouse=True)
-def quiet_server(settings: Any, monkeypatch: pytest.MonkeyPatch, fresh_registry: None) -> None:
-    """The application binds the in-process executor to the test's loop; undo that after."""
-    settings.AGENTSITE_SWEEP_SECONDS = 0
-    monkeypatch.setattr(serverloop, "_loop", None)
 
 
 def session_cookie(user: Any) -> tuple[bytes, bytes]:

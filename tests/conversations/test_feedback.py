@@ -53,18 +53,6 @@ def exchange(conversation: Conversation, text: str, reply: str, **kwargs: Any) -
 
 
 @pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
-@pytest.fixture
-def client(alice: Any) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
 def chat(alice: Any) -> tuple[Conversation, AgentRun, AgentRun]:
     conversation = make_conversation(owner=alice)
     first = exchange(conversation, "where is order 42", "It ships tomorrow.")
@@ -96,31 +84,33 @@ def pressed(html: str, run: AgentRun) -> dict[str, str]:
 
 
 def test_every_finished_reply_has_the_buttons_unpressed_with_accessible_labels(
-    client: Client, chat: tuple[Conversation, AgentRun, AgentRun]
+    client_for_alice: Client, chat: tuple[Conversation, AgentRun, AgentRun]
 ) -> None:
     conversation, first, second = chat
-    html = client.get(reverse("chat", args=[conversation.session_id])).content.decode()
+    html = client_for_alice.get(reverse("chat", args=[conversation.session_id])).content.decode()
     for run in (first, second):  # an earlier turn, and the latest run's block
         assert pressed(html, run) == {"thumbs-up": "false", "thumbs-down": "false"}
     assert html.count('aria-label="Helpful"') == 2 and html.count('aria-label="Not helpful"') == 2
     assert inline_code(html) == []
     # The message list re-read on reconnect carries them too.
-    html = client.get(reverse("chat_history", args=[conversation.session_id])).content.decode()
+    html = client_for_alice.get(
+        reverse("chat_history", args=[conversation.session_id])
+    ).content.decode()
     assert pressed(html, first) and pressed(html, second)
 
 
 def test_a_thumbs_down_with_a_comment_without_javascript_and_the_reload_shows_it(
-    client: Client, chat: tuple[Conversation, AgentRun, AgentRun], alice: Any
+    client_for_alice: Client, chat: tuple[Conversation, AgentRun, AgentRun], alice: Any
 ) -> None:
     conversation, first, _ = chat
-    response = rate(client, first, -1, "The date is wrong.\r\nIt shipped today.")
+    response = rate(client_for_alice, first, -1, "The date is wrong.\r\nIt shipped today.")
     assert response.status_code == 302
     assert response["Location"] == f"/chats/{conversation.session_id}/#feedback-{first.pk}"
     row = Feedback.objects.get()
     assert (row.run, row.user, row.score) == (first, alice, -1)
     assert row.comment == "The date is wrong.\nIt shipped today."
 
-    html = client.get(response["Location"]).content.decode()
+    html = client_for_alice.get(response["Location"]).content.decode()
     assert pressed(html, first) == {"thumbs-up": "false", "thumbs-down": "true"}
     assert "The date is wrong." in html and "Thanks for your feedback." in html
     assert re.search(
@@ -129,58 +119,58 @@ def test_a_thumbs_down_with_a_comment_without_javascript_and_the_reload_shows_it
 
 
 def test_with_htmx_only_the_buttons_come_back_and_rating_again_changes_the_one_row(
-    client: Client, chat: tuple[Conversation, AgentRun, AgentRun]
+    client_for_alice: Client, chat: tuple[Conversation, AgentRun, AgentRun]
 ) -> None:
     _, _, second = chat
-    response = rate(client, second, 1, **HTMX)
+    response = rate(client_for_alice, second, 1, **HTMX)
     assert response.status_code == 200
     html = response.content.decode()
     assert html.startswith(f'<form id="feedback-{second.pk}"')
     assert pressed(html, second) == {"thumbs-up": "true", "thumbs-down": "false"}
     assert "Thanks for your feedback." in html
 
-    rate(client, second, -1, "too short", **HTMX)
-    rate(client, second, -1, "too short", **HTMX)  # a double click
+    rate(client_for_alice, second, -1, "too short", **HTMX)
+    rate(client_for_alice, second, -1, "too short", **HTMX)  # a double click
     assert list(Feedback.objects.values_list("score", "comment")) == [(-1, "too short")]
     # A rating without the comment field keeps the comment.
-    rate(client, second, 1, **HTMX)
+    rate(client_for_alice, second, 1, **HTMX)
     assert list(Feedback.objects.values_list("score", "comment")) == [(1, "too short")]
 
 
 def test_a_comment_too_long_is_refused_with_its_text_kept(
-    client: Client, chat: tuple[Conversation, AgentRun, AgentRun]
+    client_for_alice: Client, chat: tuple[Conversation, AgentRun, AgentRun]
 ) -> None:
     conversation, first, _ = chat
     long = "x" * 2001
-    response = rate(client, first, -1, long, **HTMX)
+    response = rate(client_for_alice, first, -1, long, **HTMX)
     assert response.status_code == 200
     html = response.content.decode()
     assert "A comment has at most 2000 characters (this one has 2001)" in html
     assert long in html and 'aria-invalid="true"' in html
     assert not Feedback.objects.exists()
 
-    response = rate(client, first, -1, long)  # without JavaScript: the chat page
+    response = rate(client_for_alice, first, -1, long)  # without JavaScript: the chat page
     assert response.status_code == 400
     html = response.content.decode()
     assert "A comment has at most 2000 characters" in html and long in html
     assert not Feedback.objects.exists()
     # Exactly 2000, its line breaks counted once each, is fine.
-    assert rate(client, first, -1, "y\r\n" * 1000).status_code == 302
+    assert rate(client_for_alice, first, -1, "y\r\n" * 1000).status_code == 302
     assert len(Feedback.objects.get().comment) == 1999  # stripped of its last newline
 
 
 def test_a_score_that_is_neither_up_nor_down_is_refused(
-    client: Client, chat: tuple[Conversation, AgentRun, AgentRun]
+    client_for_alice: Client, chat: tuple[Conversation, AgentRun, AgentRun]
 ) -> None:
     _, first, _ = chat
-    response = rate(client, first, 5, **HTMX)
+    response = rate(client_for_alice, first, 5, **HTMX)
     assert "Choose thumbs up or thumbs down." in response.content.decode()
-    assert rate(client, first, 5).status_code == 400
+    assert rate(client_for_alice, first, 5).status_code == 400
     assert not Feedback.objects.exists()
 
 
 def test_only_the_owner_rates_and_only_a_finished_reply(
-    client: Client, chat: tuple[Conversation, AgentRun, AgentRun], alice: Any
+    client_for_alice: Client, chat: tuple[Conversation, AgentRun, AgentRun], alice: Any
 ) -> None:
     conversation, first, _ = chat
     # Logged out: to the login page.
@@ -193,15 +183,15 @@ def test_only_the_owner_rates_and_only_a_finished_reply(
     # A run of another conversation, under this one's URL.
     elsewhere = make_run(conversation=make_conversation(owner=alice), status=RunStatus.COMPLETED)
     wrong = reverse("chat_feedback", args=[conversation.session_id, elsewhere.pk])
-    assert client.post(wrong, {"score": 1}).status_code == 404
+    assert client_for_alice.post(wrong, {"score": 1}).status_code == 404
     # Still writing, or waiting for a reviewer: not yet.
     for status in (RunStatus.RUNNING, RunStatus.WAITING):
         running = make_run(conversation=conversation, status=status)
-        response = rate(client, running, 1)
+        response = rate(client_for_alice, running, 1)
         assert response.status_code == 409
         assert "not finished yet" in response.content.decode()
     # Only by POST, with a CSRF token.
-    assert client.get(url(first)).status_code == 405
+    assert client_for_alice.get(url(first)).status_code == 405
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(alice)
     assert strict.post(url(first), {"score": 1}).status_code == 403
@@ -209,7 +199,7 @@ def test_only_the_owner_rates_and_only_a_finished_reply(
 
 
 def test_a_failed_reply_has_no_buttons_and_an_undone_turn_is_not_rated_in_its_place(
-    client: Client, alice: Any
+    client_for_alice: Client, alice: Any
 ) -> None:
     conversation = make_conversation(owner=alice)
     kept = exchange(conversation, "hi", "Hello!")
@@ -222,7 +212,7 @@ def test_a_failed_reply_has_no_buttons_and_an_undone_turn_is_not_rated_in_its_pl
         pause_count=0,
     )
     latest = exchange(conversation, "order 7?", "", status=RunStatus.FAILED, error="Timed out.")
-    html = client.get(reverse("chat", args=[conversation.session_id])).content.decode()
+    html = client_for_alice.get(reverse("chat", args=[conversation.session_id])).content.decode()
     assert f'id="run-{latest.pk}"' in html and f'id="feedback-{latest.pk}"' not in html
     # "Hello!" is rated as the run that wrote it, the older one on the same text.
     assert re.findall(r'<form id="feedback-(\d+)"', html) == [str(kept.pk)]
@@ -303,7 +293,7 @@ def test_two_ratings_at_once_make_one_row(chat: tuple[Conversation, AgentRun, Ag
 
 
 def test_a_thumbs_down_with_a_comment_reaches_the_trace_and_the_lists_filter(
-    client: Client, chat: tuple[Conversation, AgentRun, AgentRun]
+    client_for_alice: Client, chat: tuple[Conversation, AgentRun, AgentRun]
 ) -> None:
     """The issue's "done when": the rating an end user gives on the chat page is what the
     operator reads on the run's trace and what the trace list's feedback filter finds."""
@@ -311,7 +301,7 @@ def test_a_thumbs_down_with_a_comment_reaches_the_trace_and_the_lists_filter(
 
     _, first, second = chat
     rated, other = make_trace(run=first), make_trace(run=second)
-    assert rate(client, first, -1, "Wrong order, mail bob@example.com").status_code == 302
+    assert rate(client_for_alice, first, -1, "Wrong order, mail bob@example.com").status_code == 302
     operator = Client()
     operator.force_login(make_viewer())
     page = operator.get(reverse("trace_detail", args=[rated.trace_id])).content.decode()

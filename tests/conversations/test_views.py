@@ -35,23 +35,6 @@ pytestmark = [
 HTMX = {"HX-Request": "true"}
 
 
-@pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
-@pytest.fixture
-def client_for_alice(alice: Any) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
-def conversation(alice: Any) -> Conversation:
-    return make_conversation(owner=alice, agent_name="support")
-
-
 def add_items(conversation: Conversation, items: list[dict[str, Any]]) -> None:
     asyncio.run(open_session(conversation.session_id).add_items(items))
 

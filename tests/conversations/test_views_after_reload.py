@@ -24,23 +24,12 @@ from tests.factories import (
     make_request,
     make_reviewer,
     make_run,
-    make_user,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
 HTMX = {"HX-Request": "true"}
 CANCEL_42 = "cancel an order that has not been delivered yet (order 42)"
-
-
-@pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
-@pytest.fixture
-def conversation(alice: Any) -> Conversation:
-    return make_conversation(owner=alice, agent_name="support")
 
 
 def client_for(user: Any) -> Client:

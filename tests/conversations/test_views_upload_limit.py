@@ -13,7 +13,7 @@ from django.test import Client
 from conversations.models import Conversation
 from engine import runs
 from engine.models import AgentRun
-from tests.factories import make_conversation, make_reviewer, make_trace, make_user, make_viewer
+from tests.factories import make_reviewer, make_trace, make_viewer
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -22,16 +22,6 @@ pytestmark = [
 
 HTMX = {"HX-Request": "true"}
 TEN_MB = 10 * 1024 * 1024
-
-
-@pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
-@pytest.fixture
-def conversation(alice: Any) -> Conversation:
-    return make_conversation(owner=alice, agent_name="support")
 
 
 def _csrf_client(user: Any, conversation: Conversation) -> tuple[Client, str]:

@@ -32,21 +32,10 @@ QUESTIONS = ["where is order 44", "where is order 46", "where is order 42"]
 
 
 @pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
-@pytest.fixture
-def client_for_alice(alice: Any) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
-def conversation(alice: Any, client_for_alice: Client, submitted: list) -> Conversation:
-    """Alice's conversation of three turns, each answered."""
-    conversation = make_conversation(owner=alice, agent_name="support")
+def conversation(
+    conversation: Conversation, client_for_alice: Client, submitted: list
+) -> Conversation:
+    """alice's conversation with the support desk, here with three turns, each answered."""
     for text in QUESTIONS:
         response = client_for_alice.post(
             f"/chats/{conversation.session_id}/messages/", {"text": text}

@@ -56,11 +56,6 @@ def tool_outputs(run: AgentRun) -> list[str]:
     return [item["output"] for item in items if item.get("type") == "function_call_output"]
 
 
-@pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
 @pytest.mark.parametrize(
     "text",
     ["where is order 7", "cancel order 7", "refund 30 on order 7", "refund 80 on order 7"],

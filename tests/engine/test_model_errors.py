@@ -266,11 +266,6 @@ def failing_agent(settings: Any, *steps: Any) -> str:
     return scripted.install(settings, Agent(name="Flaky", model=ScriptedModel(list(steps))))
 
 
-@pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
 def turn(conversation: Any, text: str, user: Any) -> AgentRun:
     run = runs.start_run(conversation, text, user)
     asyncio.run(runs.execute(run.pk))
@@ -435,10 +430,8 @@ def settle(run: AgentRun, timeout: float = 20) -> AgentRun:
 
 
 @pytest.fixture
-def chat(alice: Any) -> tuple[Client, Any]:
-    client = Client()
-    client.force_login(alice)
-    return client, make_conversation(owner=alice, agent_name="support")
+def chat(client_for_alice: Client, conversation: Any) -> tuple[Client, Any]:
+    return client_for_alice, conversation
 
 
 def failed_turn(

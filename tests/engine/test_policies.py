@@ -78,20 +78,6 @@ def paused(settings: Any, *calls: dict[str, Any], tools: list[Any] | None = None
     return AgentRun.objects.get(pk=run.pk)
 
 
-@pytest.fixture
-def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Events the engine published, recorded (and published as before)."""
-    seen: list[Any] = []
-    publish = events.publish
-
-    async def record(batch: list[Any]) -> None:
-        seen.extend(batch)
-        await publish(batch)
-
-    monkeypatch.setattr("engine.events.publish", record)
-    return seen
-
-
 # --- through the engine -------------------------------------------------------------------------
 
 engine_test = [

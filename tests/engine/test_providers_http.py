@@ -20,10 +20,10 @@ from approvals.models import ApprovalRequest
 from conversations.models import Conversation
 from conversations.session import DjangoSession
 from demo.models import Order, OrderEvent
-from engine import executor, runs, serverloop
+from engine import executor, runs
 from engine.models import AgentRun, RunStatus
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import make_reviewer
 from tests.provider import (
     LocalProvider,
     Recorded,
@@ -41,16 +41,6 @@ pytestmark = [
 ]
 
 REPLY = "Order 42, the Burr coffee grinder, is placed and ships tomorrow."
-
-
-@pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
-@pytest.fixture
-def conversation(alice: Any) -> Conversation:
-    return make_conversation(owner=alice, agent_name="support")
 
 
 def logged_in(user: Any) -> Client:
@@ -156,13 +146,6 @@ def assert_model_calls_traced(
 
 
 # --- streaming ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def quiet_server(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The application binds the in-process executor to the test's loop; undo that after."""
-    settings.AGENTSITE_SWEEP_SECONDS = 0
-    monkeypatch.setattr(serverloop, "_loop", None)
 
 
 def session_cookie(user: Any) -> tuple[bytes, bytes]:

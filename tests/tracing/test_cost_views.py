@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from tests.factories import T0, grant, make_staff, make_user, make_viewer
+from tests.factories import T0, grant, make_staff, make_viewer
 from tests.tracing.test_list_views import PRICED, UNPRICED, priced, traced_run
 from tracing import cost_views
 from tracing.forms import CostRangeForm
@@ -171,15 +171,10 @@ def test_the_page_reads_a_few_queries_whatever_the_number_of_users(
 # --- the price table in admin ---------------------------------------------------------------
 
 
-@pytest.fixture
-def admin_user() -> Any:
-    return make_user(username="root", is_staff=True, is_superuser=True)
-
-
 def test_the_admin_lists_prices_and_fills_the_add_form_from_the_link(
-    client: Client, admin_user: Any
+    client: Client, admin: Any
 ) -> None:
-    client.force_login(admin_user)
+    client.force_login(admin)
     priced()
     html = client.get(reverse("admin:tracing_modelprice_changelist")).content.decode()
     assert PRICED in html and "4.0000" in html and "USD" in html
@@ -204,9 +199,9 @@ def post_price(client: Client, **fields: str) -> Any:
 
 
 def test_the_admin_refuses_negative_prices_bad_currencies_and_blank_models(
-    client: Client, admin_user: Any
+    client: Client, admin: Any
 ) -> None:
-    client.force_login(admin_user)
+    client.force_login(admin)
     for fields, message in [
         ({"input_per_million": "-1"}, "A price cannot be negative."),
         ({"cached_input_per_million": "-0.01"}, "A price cannot be negative."),
@@ -225,8 +220,8 @@ def test_the_admin_refuses_negative_prices_bad_currencies_and_blank_models(
     assert (saved.currency, saved.input_per_million) == ("EUR", Decimal("1.5"))
 
 
-def test_the_trace_admin_shows_outcome_and_cost(client: Client, admin_user: Any) -> None:
-    client.force_login(admin_user)
+def test_the_trace_admin_shows_outcome_and_cost(client: Client, admin: Any) -> None:
+    client.force_login(admin)
     priced()
     trace = traced_run(TraceOutcome.REJECTED, usage=(1_000_000, 0, 0))
     other = traced_run(TraceOutcome.COMPLETED, model=UNPRICED)

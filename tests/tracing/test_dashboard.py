@@ -28,7 +28,6 @@ from tests.factories import (
     make_span,
     make_trace,
     make_user,
-    make_viewer,
 )
 from tests.plans import explain
 from tracing import charts, dashboard
@@ -247,13 +246,6 @@ def seeded() -> None:
     seed_requests([*REQUESTS, OLD_PENDING])
 
 
-@pytest.fixture
-def operator() -> Client:
-    client = Client()
-    client.force_login(make_viewer())
-    return client
-
-
 def csv_rows(client: Client, chart: str, **query: str) -> list[list[str]]:
     response = client.get(URL, {**RANGE, **query, "format": "csv", "chart": chart})
     assert response.status_code == 200, response.content
@@ -289,8 +281,10 @@ def cost_text(calls: list[tuple[str, int, int, int]]) -> str:
     return "; ".join(parts) if parts else "—"
 
 
-def test_it_counts_runs_per_day_by_outcome_as_the_rows_say(seeded: None, operator: Client) -> None:
-    rows = csv_rows(operator, "runs")
+def test_it_counts_runs_per_day_by_outcome_as_the_rows_say(
+    seeded: None, client: Client, olga: Any
+) -> None:
+    rows = csv_rows(client, "runs")
     present = [o for o in TraceOutcome.values if any(t.shown == o for t in TRACES)]
     assert rows[0] == ["Day (UTC)", *(str(TraceOutcome(o).label) for o in present), "All runs"]
     expected = []
@@ -303,8 +297,8 @@ def test_it_counts_runs_per_day_by_outcome_as_the_rows_say(seeded: None, operato
     assert "Failed" in rows[0] and "Running" in rows[0]
 
 
-def test_it_counts_a_short_range_per_hour(seeded: None, operator: Client) -> None:
-    rows = csv_rows(operator, "runs", since=D1.isoformat(), until=D1.isoformat())
+def test_it_counts_a_short_range_per_hour(seeded: None, client: Client, olga: Any) -> None:
+    rows = csv_rows(client, "runs", since=D1.isoformat(), until=D1.isoformat())
     of_day = [t for t in TRACES if t.started.date() == D1]
     expected_hours = sorted({t.started.replace(minute=0, second=0) for t in of_day})
     assert [row[0] for row in rows[1:]] == [hour.isoformat() for hour in expected_hours]
@@ -313,9 +307,9 @@ def test_it_counts_a_short_range_per_hour(seeded: None, operator: Client) -> Non
 
 
 def test_it_gives_nearest_rank_percentiles_of_active_time_per_day(
-    seeded: None, operator: Client
+    seeded: None, client: Client, olga: Any
 ) -> None:
-    rows = csv_rows(operator, "latency")
+    rows = csv_rows(client, "latency")
     assert rows[0] == ["Day (UTC)", "Runs", "p50", "p95", "p99"]
     expected = []
     for day in sorted({t.started.date() for t in TRACES}):
@@ -340,8 +334,10 @@ def test_nearest_rank_is_an_actual_value_at_rank_ceil_p_n() -> None:
     assert dashboard.nearest_rank(values[:3], 50) == 2.0  # ceil(1.5) = 2
 
 
-def test_it_sums_tokens_and_cost_per_day_model_and_agent(seeded: None, operator: Client) -> None:
-    detail = csv_rows(operator, "usage")
+def test_it_sums_tokens_and_cost_per_day_model_and_agent(
+    seeded: None, client: Client, olga: Any
+) -> None:
+    detail = csv_rows(client, "usage")
     assert detail[0] == [
         "Day (UTC)",
         "Model",
@@ -373,7 +369,7 @@ def test_it_sums_tokens_and_cost_per_day_model_and_agent(seeded: None, operator:
     # An unpriced model is named, never counted as free.
     assert all(row[7] == f"no price for {UNPRICED}" for row in detail[1:] if row[1] == UNPRICED)
 
-    tokens = csv_rows(operator, "tokens")
+    tokens = csv_rows(client, "tokens")
     assert tokens[0] == ["Day (UTC)", PRICED, UNPRICED, "All models"]
     for row in tokens[1:]:
         day = row[0]
@@ -388,7 +384,7 @@ def test_it_sums_tokens_and_cost_per_day_model_and_agent(seeded: None, operator:
         ]
         assert row[1:] == [*map(str, per_model), str(sum(per_model))]
 
-    cost = csv_rows(operator, "cost")
+    cost = csv_rows(client, "cost")
     for row in cost[1:]:
         day = row[0]
         calls = [c for t in TRACES for c in t.calls if t.started.date().isoformat() == day]
@@ -396,7 +392,7 @@ def test_it_sums_tokens_and_cost_per_day_model_and_agent(seeded: None, operator:
         assert row[2] == cost_text([c for c in calls if c[0] == UNPRICED])
         assert row[3] == cost_text(calls)
 
-    agents = csv_rows(operator, "agents")
+    agents = csv_rows(client, "agents")
     expected_agents = []
     for when in sorted({t.started.date() for t in TRACES if t.calls}):
         for agent in ("billing", "support"):
@@ -427,8 +423,10 @@ def ending(r: R) -> str:
     return endings.get(r.status, "other")
 
 
-def test_it_counts_requests_per_tool_with_their_rates(seeded: None, operator: Client) -> None:
-    rows = csv_rows(operator, "requests")
+def test_it_counts_requests_per_tool_with_their_rates(
+    seeded: None, client: Client, olga: Any
+) -> None:
+    rows = csv_rows(client, "requests")
     names = ["approved", "rejected", "expired", "other", "pending", "cancelled"]
     expected = []
     for tool in sorted({r.tool for r in REQUESTS}):
@@ -457,7 +455,9 @@ def test_it_counts_requests_per_tool_with_their_rates(seeded: None, operator: Cl
     ]
 
 
-def test_it_times_decisions_per_tool_and_per_decider(seeded: None, operator: Client) -> None:
+def test_it_times_decisions_per_tool_and_per_decider(
+    seeded: None, client: Client, olga: Any
+) -> None:
     decided = [r for r in REQUESTS if r.wait is not None]
     group = {"policy": "policy", "expiry": "expiry", "withdrawn": "withdrawn by the user"}
 
@@ -469,14 +469,16 @@ def test_it_times_decisions_per_tool_and_per_decider(seeded: None, operator: Cli
             rows.append([k, str(len(waits)), *(str(round(rank(waits, p), 3)) for p in (50, 95))])
         return rows
 
-    assert csv_rows(operator, "wait-tools")[1:] == expected(lambda r: r.tool)
+    assert csv_rows(client, "wait-tools")[1:] == expected(lambda r: r.tool)
     by_decider = expected(lambda r: group.get(r.decider, r.decider))
-    assert csv_rows(operator, "wait-deciders")[1:] == by_decider
+    assert csv_rows(client, "wait-deciders")[1:] == by_decider
     assert {row[0] for row in by_decider} >= {"rita", "bob", "policy", "expiry"}
 
 
-def test_it_counts_the_pending_backlog_at_each_boundary(seeded: None, operator: Client) -> None:
-    rows = csv_rows(operator, "backlog")
+def test_it_counts_the_pending_backlog_at_each_boundary(
+    seeded: None, client: Client, olga: Any
+) -> None:
+    rows = csv_rows(client, "backlog")
     start = at(date(2026, 11, 27), 0)
     points = [start + timedelta(days=i) for i in range(5)]  # each day's start, and the end
 
@@ -492,22 +494,22 @@ def test_it_counts_the_pending_backlog_at_each_boundary(seeded: None, operator: 
 
 
 def test_the_agent_filter_keeps_only_that_agents_runs_and_requests(
-    seeded: None, operator: Client
+    seeded: None, client: Client, olga: Any
 ) -> None:
-    runs = csv_rows(operator, "runs", agent="billing")
+    runs = csv_rows(client, "runs", agent="billing")
     assert sum(int(row[-1]) for row in runs[1:]) == len(in_range(TRACES, "billing"))
-    usage = csv_rows(operator, "usage", agent="billing")
+    usage = csv_rows(client, "usage", agent="billing")
     assert {row[2] for row in usage[1:]} == {"billing"}
-    requests = csv_rows(operator, "requests", agent="billing")
+    requests = csv_rows(client, "requests", agent="billing")
     assert [row[0] for row in requests[1:]] == ["refund_order", "wire_money"]
-    backlog = csv_rows(operator, "backlog", agent="billing")
+    backlog = csv_rows(client, "backlog", agent="billing")
     assert [row[1] for row in backlog[1:]] == ["0", "0", "0", "1", "0"]
 
 
 def test_the_page_shows_each_chart_with_its_table_and_csv_link(
-    seeded: None, operator: Client
+    seeded: None, client: Client, olga: Any
 ) -> None:
-    response = operator.get(URL, {**RANGE, "agent": "support"})
+    response = client.get(URL, {**RANGE, "agent": "support"})
     assert response.status_code == 200
     html = response.content.decode()
     for name in (
@@ -541,35 +543,35 @@ def test_the_page_shows_each_chart_with_its_table_and_csv_link(
 
 
 def test_a_model_without_a_price_links_to_its_price_for_who_may_add_one(
-    seeded: None, operator: Client, monkeypatch: pytest.MonkeyPatch
+    seeded: None, client: Client, olga: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
         "tracing.dashboard_views.add_price_url", lambda model: f"/admin/price/add/?model={model}"
     )
-    assert "/admin/price/add/" not in operator.get(URL, RANGE).content.decode()
+    assert "/admin/price/add/" not in client.get(URL, RANGE).content.decode()
     staff = Client()
     staff.force_login(make_user(["tracing.add_modelprice"], username="pat", is_staff=True))
     html = staff.get(URL, RANGE).content.decode()
     assert f'href="/admin/price/add/?model={UNPRICED}"' in html
 
 
-def test_it_escapes_names_from_the_data(operator: Client) -> None:
+def test_it_escapes_names_from_the_data(client: Client, olga: Any) -> None:
     seed_traces(
         [T(at(D1, 9), "<script>x</script>", "completed", "ok", 1.0, (("<b>m</b>", 10, 0, 1),))]
     )
-    html = operator.get(URL, RANGE).content.decode()
+    html = client.get(URL, RANGE).content.decode()
     assert "<script>x</script>" not in html and "<b>m</b>" not in html
     assert "&lt;script&gt;x&lt;/script&gt;" in html
 
 
-def test_a_csv_cell_is_never_read_as_a_formula(operator: Client) -> None:
+def test_a_csv_cell_is_never_read_as_a_formula(client: Client, olga: Any) -> None:
     seed_traces([T(at(D1, 9), "=HYPERLINK(1)", "completed", "ok", 1.0, ((PRICED, 10, 0, 1),))])
-    rows = csv_rows(operator, "usage")
+    rows = csv_rows(client, "usage")
     assert rows[1][2] == "'=HYPERLINK(1)"
 
 
-def test_the_csv_is_named_after_its_chart_and_range(operator: Client) -> None:
-    response = operator.get(URL, {**RANGE, "agent": "support", "format": "csv", "chart": "latency"})
+def test_the_csv_is_named_after_its_chart_and_range(client: Client, olga: Any) -> None:
+    response = client.get(URL, {**RANGE, "agent": "support", "format": "csv", "chart": "latency"})
     assert response["Content-Disposition"] == (
         'attachment; filename="dashboard-latency-2026-11-27-to-2026-11-30-support.csv"'
     )
@@ -585,20 +587,20 @@ def test_the_csv_is_named_after_its_chart_and_range(operator: Client) -> None:
     ],
 )
 def test_it_refuses_a_range_it_cannot_show(
-    operator: Client, query: dict[str, str], says: str
+    client: Client, olga: Any, query: dict[str, str], says: str
 ) -> None:
-    response = operator.get(URL, query)
+    response = client.get(URL, query)
     assert response.status_code == 400
     assert says in response.content.decode()
 
 
-def test_the_default_range_is_the_last_seven_days(operator: Client) -> None:
-    response = operator.get(URL)
+def test_the_default_range_is_the_last_seven_days(client: Client, olga: Any) -> None:
+    response = client.get(URL)
     assert response.status_code == 200
     window = response.context["window"]
     assert window.days == 7 and window.until == datetime.now(UTC).date()
     # 366 days is allowed.
-    assert operator.get(URL, {"since": "2025-01-01", "until": "2026-01-01"}).status_code == 200
+    assert client.get(URL, {"since": "2025-01-01", "until": "2026-01-01"}).status_code == 200
 
 
 @pytest.mark.parametrize("query", [{}, {"format": "csv", "chart": "runs"}])
@@ -614,11 +616,11 @@ def test_only_operators_see_it(query: dict[str, str]) -> None:
     assert staff.get(URL, query).status_code == 200
 
 
-def test_its_queries_do_not_grow_with_the_traces(operator: Client) -> None:
+def test_its_queries_do_not_grow_with_the_traces(client: Client, olga: Any) -> None:
     def count() -> int:
-        operator.get(URL, RANGE)  # sessions, permissions cached alike
+        client.get(URL, RANGE)  # sessions, permissions cached alike
         with CaptureQueriesContext(connection) as queries:
-            assert operator.get(URL, RANGE).status_code == 200
+            assert client.get(URL, RANGE).status_code == 200
         return len(queries)
 
     seed_traces(TRACES[:3])
@@ -687,9 +689,11 @@ def test_a_line_skips_missing_values_and_an_empty_chart_says_so() -> None:
 
 # SQLite plans a table of a few rows as it plans a large one; PostgreSQL rightly scans it.
 @pytest.mark.sqlite
-def test_its_queries_read_the_range_through_indexes(seeded: None, operator: Client) -> None:
+def test_its_queries_read_the_range_through_indexes(
+    seeded: None, client: Client, olga: Any
+) -> None:
     with CaptureQueriesContext(connection) as queries:
-        assert operator.get(URL, RANGE).status_code == 200
+        assert client.get(URL, RANGE).status_code == 200
     tables = ("tracing_trace", "tracing_span", "approvals_approvalrequest")
     read = [q["sql"] for q in queries if any(f'FROM "{t}"' in q["sql"] for t in tables)]
     assert len(read) >= 6

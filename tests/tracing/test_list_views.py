@@ -136,13 +136,6 @@ def listed(response: Any) -> list[str]:
     return [row.trace.trace_id for row in response.context["page"].rows]
 
 
-@pytest.fixture
-def olga(client: Client) -> Any:
-    user = make_viewer()
-    client.force_login(user)
-    return user
-
-
 # --- access ---------------------------------------------------------------------------------
 
 
@@ -239,12 +232,6 @@ def test_each_row_shows_input_user_agent_outcome_times_tokens_cost_and_ratings(
             assert 'class="reason"' not in row
         assert '<td data-label="Feedback" class="feedback">—</td>' in row
     assert f'href="{reverse("trace_costs")}"' in html
-
-
-@pytest.fixture
-def demo(monkeypatch: pytest.MonkeyPatch, orders: None, fresh_registry: None) -> None:
-    """The demo shop and its agent; runs execute when the test says so."""
-    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
 
 
 @pytest.mark.django_db(transaction=True)

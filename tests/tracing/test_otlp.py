@@ -187,12 +187,6 @@ def test_the_receiver_refuses_what_otlp_does_not_define(receiver: Receiver) -> N
 # --- runs of the demo agent -------------------------------------------------------------------
 
 
-@pytest.fixture
-def demo(monkeypatch: pytest.MonkeyPatch, orders: None, fresh_registry: None) -> None:
-    """The demo shop and its agent; runs execute when the test says so."""
-    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
-
-
 TOOLS_AND_HANDOFF = [
     demo_model.ToolCall("lookup_order", {"order_id": 7}),
     demo_model.ToolCall("transfer_to_billing", {}),

@@ -66,13 +66,6 @@ SDK_SPAN_KEYS = {
 # --- people ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def olga(client: Client) -> Any:
-    user = make_viewer()
-    client.force_login(user)
-    return user
-
-
 # --- traces made in the database ------------------------------------------------------------
 
 
@@ -118,12 +111,6 @@ def listed(response: Any) -> list[str]:
 
 
 # --- runs of the demo agent, traced as in production ----------------------------------------
-
-
-@pytest.fixture
-def demo(monkeypatch: pytest.MonkeyPatch, orders: None, fresh_registry: None) -> None:
-    """The demo shop, its agent, and runs that execute when the test says so."""
-    monkeypatch.setattr("engine.executor.submit", lambda job, run_id: None)
 
 
 def run_demo(text: str, agent_name: str = "support") -> AgentRun:

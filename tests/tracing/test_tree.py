@@ -4,7 +4,6 @@ conversation, and the summary says how the run went (outcome, time, cost, feedba
 
 from __future__ import annotations
 
-import itertools
 import re
 import time
 from datetime import date, timedelta
@@ -19,7 +18,6 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import NoReverseMatch, reverse
 
 from engine.models import AgentRun, RunStatus
-from tests import factories
 from tests.factories import (
     grant,
     make_run,
@@ -42,28 +40,14 @@ from tracing.models import (
     TraceStatus,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [
+    pytest.mark.django_db,
+    # The 10,000 spans of a test here would push every later test's traces weeks back.
+    pytest.mark.usefixtures("own_numbers"),
+]
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 XSS = "<script>alert(1)</script>"
-
-
-@pytest.fixture(autouse=True)
-def own_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The factories number traces and spans from one counter, and each new trace starts a
-    minute further back per number drawn: the 10,000 spans of a test here would push every
-    later test's traces weeks back (the trace list's date filters count on them being near
-    T0). This file's tests draw from a counter of their own, and leave the shared one as it
-    was."""
-    start = next(factories._numbers)
-    monkeypatch.setattr(factories, "_numbers", itertools.count(start + 1))
-
-
-@pytest.fixture
-def olga(client: Client) -> Any:
-    user = make_viewer()
-    client.force_login(user)
-    return user
 
 
 def text(response: Any) -> str:

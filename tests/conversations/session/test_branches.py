@@ -275,20 +275,13 @@ async def test_a_generated_id_names_the_turn_and_the_time_and_is_never_reused(
 # --- encrypted ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def key(settings: Any) -> str:
-    settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
-    settings.AGENTSITE_SESSION_TTL = 0
-    return str(settings.AGENTSITE_SESSION_ENCRYPTION_KEY)
-
-
 def stored_payloads() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT payload FROM conversations_sessionitem")
         return [str(row[0]) for row in cursor.fetchall()]
 
 
-async def test_an_encrypted_session_branches_with_its_text_encrypted(key: str) -> None:
+async def test_an_encrypted_session_branches_with_its_text_encrypted(encryption_key: str) -> None:
     session = open_session("secret")
     assert isinstance(session, AuditedEncryptedSession)
     await three_turns(session)
@@ -327,7 +320,7 @@ async def test_an_encrypted_session_branches_with_its_text_encrypted(key: str) -
 
 
 async def test_a_message_that_does_not_decrypt_is_left_out_of_turn_listings(
-    key: str, settings: Any
+    encryption_key: str, settings: Any
 ) -> None:
     await three_turns(open_session("secret"))
     settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()  # a new key

@@ -324,13 +324,6 @@ async def test_without_the_hook_the_sdk_would_lose_the_append(
 # --- through encryption (open_session with a key) -------------------------------------------
 
 
-@pytest.fixture
-def key(settings: Any) -> str:
-    settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
-    settings.AGENTSITE_SESSION_TTL = 0
-    return cast(str, settings.AGENTSITE_SESSION_ENCRYPTION_KEY)
-
-
 def encrypted_compacting(
     session_id: str, client: FakeCompactionClient, order: str
 ) -> tuple[SessionABC, AuditedEncryptedSession]:
@@ -358,7 +351,9 @@ def decrypted(encrypted: AuditedEncryptedSession, rows: list[tuple[int, Any]]) -
 
 
 @pytest.mark.parametrize("order", ORDERS)
-async def test_through_encryption_an_append_while_compacting_survives(key: str, order: str) -> None:
+async def test_through_encryption_an_append_while_compacting_survives(
+    encryption_key: str, order: str
+) -> None:
     newer = user("written by another run meanwhile")
     client = FakeCompactionClient(during=lambda: open_session("enc").add_items([newer]))
     session, encrypted = encrypted_compacting("enc", client, order)
@@ -373,7 +368,7 @@ async def test_through_encryption_an_append_while_compacting_survives(key: str, 
 
 @pytest.mark.parametrize("order", ORDERS)
 async def test_through_encryption_an_item_that_does_not_decrypt_is_kept(
-    key: str, order: str
+    encryption_key: str, order: str
 ) -> None:
     await open_session("foreign").add_items([user("oldest")])
     await AuditedEncryptedSession(
@@ -397,7 +392,7 @@ async def test_through_encryption_an_item_that_does_not_decrypt_is_kept(
 
 @pytest.mark.parametrize("order", ORDERS)
 async def test_through_encryption_an_expired_prefix_is_pruned_up_to_an_unreadable_item(
-    key: str, order: str, settings: Any, monkeypatch: pytest.MonkeyPatch
+    encryption_key: str, order: str, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.AGENTSITE_SESSION_TTL = 10
     clock = [1_000.0]
@@ -426,7 +421,7 @@ async def test_through_encryption_an_expired_prefix_is_pruned_up_to_an_unreadabl
 
 
 async def test_without_the_hook_the_sdk_would_delete_an_item_that_does_not_decrypt(
-    key: str, monkeypatch: pytest.MonkeyPatch
+    encryption_key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The control: the SDK's fallback, through encryption, on the scenario above."""
     monkeypatch.delattr(DjangoSession, "_get_compaction_snapshot")

@@ -26,13 +26,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CANARY = "my card is 4111 1111 1111 1111, call me at +1 415 555 0100"
 
 
-@pytest.fixture
-def key(settings: Any) -> str:
-    settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
-    settings.AGENTSITE_SESSION_TTL = 0
-    return settings.AGENTSITE_SESSION_ENCRYPTION_KEY
-
-
 def raw_rows() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT payload FROM conversations_sessionitem")
@@ -44,7 +37,7 @@ def test_it_is_a_plain_django_session_without_a_key(settings: Any) -> None:
     assert type(open_session("s")) is DjangoSession
 
 
-async def test_the_database_holds_no_plaintext(key: str) -> None:
+async def test_the_database_holds_no_plaintext(encryption_key: str) -> None:
     session = open_session("secret")
     assert isinstance(session, AuditedEncryptedSession)
     await session.add_items([{"role": "user", "content": CANARY}])
@@ -57,7 +50,7 @@ async def test_the_database_holds_no_plaintext(key: str) -> None:
 
 
 async def test_history_older_than_ten_minutes_is_still_returned(
-    key: str, monkeypatch: pytest.MonkeyPatch
+    encryption_key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     two_days_ago = time.time() - 2 * 24 * 3600
     monkeypatch.setattr("cryptography.fernet.time.time", lambda: two_days_ago)
@@ -68,11 +61,13 @@ async def test_history_older_than_ten_minutes_is_still_returned(
         {"role": "user", "content": "from two days ago"}
     ]
     # The SDK's default TTL of ten minutes would have hidden it without a word.
-    sdk_default = EncryptedSession("old", DjangoSession("old"), key)
+    sdk_default = EncryptedSession("old", DjangoSession("old"), encryption_key)
     assert await sdk_default.get_items() == []
 
 
-async def test_a_ttl_set_on_purpose_is_honoured(key: str, settings: Any, monkeypatch) -> None:
+async def test_a_ttl_set_on_purpose_is_honoured(
+    encryption_key: str, settings: Any, monkeypatch
+) -> None:
     settings.AGENTSITE_SESSION_TTL = 3600
     two_hours_ago = time.time() - 2 * 3600
     monkeypatch.setattr("cryptography.fernet.time.time", lambda: two_hours_ago)
@@ -87,7 +82,7 @@ async def test_a_ttl_set_on_purpose_is_honoured(key: str, settings: Any, monkeyp
 
 
 async def test_an_item_that_fails_to_decrypt_is_logged_and_counted(
-    key: str, caplog: pytest.LogCaptureFixture
+    encryption_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     good = open_session("mixed")
     await good.add_items([{"role": "user", "content": "readable one"}])
@@ -116,7 +111,7 @@ async def test_an_item_that_fails_to_decrypt_is_logged_and_counted(
     assert await SessionItem.objects.acount() == 4
 
 
-async def test_pop_refuses_to_remove_an_unreadable_item(key: str) -> None:
+async def test_pop_refuses_to_remove_an_unreadable_item(encryption_key: str) -> None:
     session = open_session("pop")
     await session.add_items([{"role": "user", "content": "keep me"}])
     await AuditedEncryptedSession(
@@ -128,7 +123,7 @@ async def test_pop_refuses_to_remove_an_unreadable_item(key: str) -> None:
     assert await SessionItem.objects.acount() == 2
 
 
-async def test_pop_returns_the_decrypted_newest_item(key: str) -> None:
+async def test_pop_returns_the_decrypted_newest_item(encryption_key: str) -> None:
     session = open_session("pop2")
     await session.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
     assert await session.pop_item() == {"role": "user", "content": "b"}
@@ -137,7 +132,7 @@ async def test_pop_returns_the_decrypted_newest_item(key: str) -> None:
 
 
 async def test_an_unreadable_item_raises_what_the_sdks_encrypted_session_raises(
-    key: str, tmp_path: Any
+    encryption_key: str, tmp_path: Any
 ) -> None:
     """Issue 18 part 7: code written for the SDK's EncryptedSession catches `InvalidToken`
     when the newest item cannot be decrypted; ours raises a subclass of it, and both leave
@@ -149,7 +144,7 @@ async def test_an_unreadable_item_raises_what_the_sdks_encrypted_session_raises(
     sdk_store = SQLiteSession("sdk", str(tmp_path / "sdk.sqlite3"))
     await EncryptedSession("sdk", sdk_store, foreign).add_items([{"role": "user", "content": "x"}])
     with pytest.raises(InvalidToken):
-        await EncryptedSession("sdk", sdk_store, key).pop_item()
+        await EncryptedSession("sdk", sdk_store, encryption_key).pop_item()
     assert len(await sdk_store.get_items()) == 1
 
     ours = open_session("ours")

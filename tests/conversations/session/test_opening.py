@@ -27,11 +27,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CALL = {"type": "function_call", "call_id": "c1", "name": "refund", "arguments": '{"a": 1}'}
 
 
-@pytest.fixture
-def key(settings: Any) -> None:
-    settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
-
-
 def stored() -> list[Any]:
     """The payloads as stored (envelopes, when encrypted), oldest first."""
     return list(SessionItem.objects.order_by("pk").values_list("payload", flat=True))
@@ -59,7 +54,9 @@ async def test_it_refuses_a_session_that_is_not_the_sites(make: Callable[[], Ses
         branching(session)
 
 
-async def test_it_gives_the_branch_api_of_the_store_an_encrypted_session_wraps(key: None) -> None:
+async def test_it_gives_the_branch_api_of_the_store_an_encrypted_session_wraps(
+    encryption_key: str,
+) -> None:
     encrypted = open_session("wrapped")
     assert isinstance(encrypted, AuditedEncryptedSession)
     assert branching(encrypted) is encrypted.underlying_session
@@ -67,7 +64,7 @@ async def test_it_gives_the_branch_api_of_the_store_an_encrypted_session_wraps(k
     assert branching(plain) is plain
 
 
-async def test_it_rewrites_an_encrypted_session_through_its_cipher(key: None) -> None:
+async def test_it_rewrites_an_encrypted_session_through_its_cipher(encryption_key: str) -> None:
     session = open_session("rewritten")
     assert isinstance(session, AuditedEncryptedSession)
     await session.add_items([{"role": "user", "content": "refund me"}])

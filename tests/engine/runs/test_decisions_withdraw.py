@@ -73,11 +73,6 @@ def session_items(run: AgentRun) -> list[dict[str, Any]]:
     return asyncio.run(DjangoSession(run.conversation.session_id).get_items())
 
 
-@pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
 def test_it_withdraws_audited_with_who_and_when_and_the_run_answers(
     submitted: list, settings: Any, alice: Any
 ) -> None:

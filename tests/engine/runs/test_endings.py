@@ -21,7 +21,7 @@ from demo.guardrails import CARD_REFUSED, latest_user_text
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
-from tests.factories import make_conversation, make_user
+from tests.factories import make_conversation
 from tracing.models import Span, Trace, TraceStatus
 
 pytestmark = [
@@ -30,11 +30,6 @@ pytestmark = [
 ]
 
 CARD = "4111 1111 1111 1111"  # a test card number: it passes the Luhn check
-
-
-@pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
 
 
 def turn(conversation: Any, text: str, user: Any) -> AgentRun:

@@ -120,20 +120,6 @@ def escalated() -> Iterator[list[tuple[int, str]]]:
 
 
 @pytest.fixture
-def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Events the engine published, recorded (and published as before)."""
-    seen: list[Any] = []
-    publish = events.publish
-
-    async def record(batch: list[Any]) -> None:
-        seen.extend(batch)
-        await publish(batch)
-
-    monkeypatch.setattr("engine.events.publish", record)
-    return seen
-
-
-@pytest.fixture
 def reminded() -> Iterator[list[int]]:
     seen: list[int] = []
     lock = threading.Lock()

@@ -27,7 +27,7 @@ from engine import registry, runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.conftest import Traces
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import make_conversation, make_reviewer
 from tracing.models import Span
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_registry")]
@@ -68,8 +68,8 @@ def first_agent_span(traces: Traces, run: AgentRun) -> str:
 
 
 @pytest.fixture
-def alice_conversation(settings: Any) -> Conversation:
-    return make_conversation(owner=make_user(username="alice"), agent_name="scripted")
+def alice_conversation(alice: Any) -> Conversation:
+    return make_conversation(owner=alice, agent_name="scripted")
 
 
 def test_the_turn_after_a_handoff_starts_with_billing_and_a_handoff_back_works(

@@ -46,11 +46,6 @@ def slow_words(settings: Any) -> None:
     settings.AGENTSITE_DEMO_STREAM_DELAY = 0.05
 
 
-@pytest.fixture
-def alice() -> Any:
-    return make_user(username="alice")
-
-
 def items_of(conversation_id: int) -> list[dict[str, Any]]:
     from conversations.models import Conversation
 
