@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from agents.tracing.processors import BatchTraceProcessor
     from django.test import Client
 
-    from approvals.models import ApprovalRequest
     from conversations.models import Conversation
     from engine.models import AgentRun
     from tracing.exporter import DatabaseExporter
@@ -302,15 +301,18 @@ def admin() -> Any:
 
 
 @pytest.fixture
-def admin_client(client: Client, admin: Any) -> Client:
-    """The test's `client`, signed in as admin (in place of pytest-django's own, whose admin
+def admin_client(admin: Any) -> Client:
+    """A test client of its own signed in as admin (in place of pytest-django's, whose admin
     the factories did not make)."""
+    from django.test import Client
+
+    client = Client()
     client.force_login(admin)
     return client
 
 
 @pytest.fixture
-def paused(orders: None, submitted: list[tuple[str, int]]) -> AgentRun:
+def paused_run(orders: None, submitted: list[tuple[str, int]]) -> AgentRun:
     """A paused call: alice asked the demo's support desk to "cancel order 42", and her run,
     executed here, waits for a reviewer with its one pending request; jobs handed to the
     executor are recorded, not run (`submitted`). Needs `django_db(transaction=True)`: the
@@ -321,16 +323,13 @@ def paused(orders: None, submitted: list[tuple[str, int]]) -> AgentRun:
 
 
 @pytest.fixture
-def decided(paused: AgentRun) -> ApprovalRequest:
-    """A decided request: rita approved the paused call through the engine; its run is
-    claimed for resume and its "resume" job recorded in `submitted`, not run."""
-    from engine import runs
-    from tests.factories import make_reviewer
+def approved_run(orders: None, submitted: list[tuple[str, int]]) -> AgentRun:
+    """A decided request: that paused call, approved by rita through the engine; the run is
+    claimed for resume, its "resume" job recorded in `submitted`, not run. Needs what
+    `paused_run` needs."""
+    from tests.factories import pause_and_approve
 
-    request = paused.approval_requests.get()
-    runs.decide(request, make_reviewer(), runs.Decision.approve())
-    request.refresh_from_db()
-    return request
+    return pause_and_approve("cancel order 42")
 
 
 @pytest.fixture

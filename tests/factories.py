@@ -186,6 +186,19 @@ def pause_run(text: str = "cancel order 42", owner: Any = None) -> AgentRun:
     return run
 
 
+def pause_and_approve(text: str = "cancel order 42") -> AgentRun:
+    """`pause_run(text)`, then rita approves its one request through the engine: the run is
+    claimed for resume (resuming), its resume job handed to the executor, not run. Needs
+    what `pause_run` needs."""
+    from engine import runs
+
+    run = pause_run(text)
+    runs.decide(run.approval_requests.get(), make_reviewer(), runs.Decision.approve())
+    run = AgentRun.objects.get(pk=run.pk)
+    assert run.status == RunStatus.RESUMING
+    return run
+
+
 # --- items of a conversation (the SDK's input items) ----------------------------------------
 
 

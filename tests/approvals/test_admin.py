@@ -24,12 +24,6 @@ DECISIONS = "/admin/approvals/approvaldecision/"
 BULK = "/inbox/decide/"
 
 
-def paused_run(submitted: list[tuple[str, int]], text: str = "cancel order 42") -> AgentRun:
-    run = pause_run(text)
-    assert submitted[-1] == ("execute", run.pk)
-    return run
-
-
 def approve_selected(client: Client, *requests: ApprovalRequest, action: str = "approve_selected"):
     """The admin action: its answer is the inbox's bulk confirmation; nothing decided yet."""
     return client.post(
@@ -47,8 +41,10 @@ def messages_of(response: Any) -> list[str]:
     return [str(message) for message in get_messages(response.wsgi_request)]
 
 
-def test_it_renders_the_changelists_and_change_pages(admin_client: Client, submitted: list) -> None:
-    run = paused_run(submitted)
+def test_it_renders_the_changelists_and_change_pages(
+    admin_client: Client, paused_run: AgentRun
+) -> None:
+    run = paused_run
     request = run.approval_requests.get()
     reviewer = grant(make_user(username="rita"), REVIEWER)
     runs.decide(request, reviewer, runs.Decision.reject("Not this one."))
@@ -79,9 +75,9 @@ def test_it_renders_the_changelists_and_change_pages(admin_client: Client, submi
 
 
 def test_it_searches_runs_by_session_input_tool_and_call_id(
-    admin_client: Client, submitted: list
+    admin_client: Client, paused_run: AgentRun
 ) -> None:
-    run = paused_run(submitted)
+    run = paused_run
     request = run.approval_requests.get()
     for query in (run.conversation.session_id, "cancel order", "cancel_order", request.call_id):
         response = admin_client.get(RUNS, {"q": query})
@@ -95,7 +91,7 @@ def test_it_searches_runs_by_session_input_tool_and_call_id(
 def test_it_shows_the_state_pretty_printed_and_escaped(
     admin_client: Client, submitted: list
 ) -> None:
-    run = paused_run(submitted, "cancel order 42 <script>alert(1)</script>")
+    run = pause_run("cancel order 42 <script>alert(1)</script>")
 
     body = admin_client.get(f"{RUNS}{run.pk}/change/").content.decode()
 
@@ -106,8 +102,10 @@ def test_it_shows_the_state_pretty_printed_and_escaped(
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in state
 
 
-def test_it_lets_nobody_edit_what_the_engine_owns(admin_client: Client, submitted: list) -> None:
-    run = paused_run(submitted)
+def test_it_lets_nobody_edit_what_the_engine_owns(
+    admin_client: Client, paused_run: AgentRun
+) -> None:
+    run = paused_run
     request = run.approval_requests.get()
 
     run_page = admin_client.get(f"{RUNS}{run.pk}/change/").content.decode()
@@ -132,9 +130,9 @@ def test_it_lets_nobody_edit_what_the_engine_owns(admin_client: Client, submitte
 
 
 def test_it_keeps_decisions_append_only_even_for_a_superuser(
-    admin_client: Client, submitted: list
+    admin_client: Client, paused_run: AgentRun
 ) -> None:
-    run = paused_run(submitted)
+    run = paused_run
     reviewer = grant(make_user(username="rita"), REVIEWER)
     runs.decide(run.approval_requests.get(), reviewer, runs.Decision.approve())
     decision = ApprovalDecision.objects.get()
@@ -163,9 +161,9 @@ def test_it_keeps_decisions_append_only_even_for_a_superuser(
 
 
 def test_it_approves_selected_requests_through_the_engine_after_a_confirmation(
-    admin_client: Client, submitted: list
+    admin_client: Client, paused_run: AgentRun, submitted: list
 ) -> None:
-    run = paused_run(submitted)
+    run = paused_run
     request = run.approval_requests.get()
 
     confirmation = approve_selected(admin_client, request)
@@ -197,7 +195,7 @@ def test_it_approves_selected_requests_through_the_engine_after_a_confirmation(
 def test_it_sets_a_decided_request_apart_and_decides_nothing_twice(
     admin_client: Client, submitted: list
 ) -> None:
-    first, second = paused_run(submitted), paused_run(submitted)
+    first, second = pause_run(), pause_run()
     first_request, second_request = first.approval_requests.get(), second.approval_requests.get()
     confirm(admin_client, approve_selected(admin_client, first_request))
     admin_client.get(REQUESTS)  # shows, and so consumes, that action's message
@@ -215,8 +213,10 @@ def test_it_sets_a_decided_request_apart_and_decides_nothing_twice(
     assert submitted[resumes:] == [("resume", second.pk)]
 
 
-def test_it_rejects_selected_requests(admin_client: Client, submitted: list) -> None:
-    run = paused_run(submitted)
+def test_it_rejects_selected_requests(
+    admin_client: Client, paused_run: AgentRun, submitted: list
+) -> None:
+    run = paused_run
     request = run.approval_requests.get()
 
     response = confirm(
@@ -234,9 +234,9 @@ def test_it_rejects_selected_requests(admin_client: Client, submitted: list) -> 
 
 
 def test_it_hides_the_actions_from_staff_who_may_not_decide(
-    client: Client, submitted: list
+    client: Client, paused_run: AgentRun
 ) -> None:
-    run = paused_run(submitted)
+    run = paused_run
     request = run.approval_requests.get()
     viewer = grant(
         make_user(username="victor", is_staff=True),
@@ -265,8 +265,10 @@ def test_it_hides_the_actions_from_staff_who_may_not_decide(
     assert "reject_selected" in body
 
 
-def test_it_filters_runs_by_the_tool_they_asked_for(admin_client: Any, submitted: list) -> None:
-    cancel = paused_run(submitted)
+def test_it_filters_runs_by_the_tool_they_asked_for(
+    admin_client: Any, paused_run: AgentRun
+) -> None:
+    cancel = paused_run
     other = runs.start_run(make_conversation(agent_name="support"), "where is order 7")
     page = admin_client.get(
         "/admin/engine/agentrun/?approval_requests__tool_name=cancel_order"

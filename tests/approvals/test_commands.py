@@ -17,7 +17,7 @@ from demo.models import Order, OrderEvent
 from engine import executor, runs
 from engine.models import AgentRun, RunStatus
 from engine.runs import driving, rows
-from tests.factories import make_reviewer, pause_run, start_run
+from tests.factories import make_reviewer, start_run
 
 
 def login_request() -> Any:
@@ -51,8 +51,10 @@ def order_42_cancellations() -> int:
 # --- expire_approvals -----------------------------------------------------------------------
 
 
-def test_it_expires_an_overdue_request_and_the_agent_tells_the_user(submitted: list) -> None:
-    run = pause_run()
+def test_it_expires_an_overdue_request_and_the_agent_tells_the_user(
+    paused_run: AgentRun, submitted: list
+) -> None:
+    run = paused_run
     request = run.approval_requests.get()
     ApprovalRequest.objects.filter(pk=request.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
@@ -108,8 +110,8 @@ def test_it_waits_for_the_runs_it_resumes_in_process(settings: Any) -> None:
     assert order_42_cancellations() == 0
 
 
-def test_it_expires_nothing_that_is_not_overdue(submitted: list) -> None:
-    run = pause_run()
+def test_it_expires_nothing_that_is_not_overdue(paused_run: AgentRun, submitted: list) -> None:
+    run = paused_run
 
     assert command("expire_approvals") == "Expired 0 approval request(s).\n"
 
@@ -120,8 +122,8 @@ def test_it_expires_nothing_that_is_not_overdue(submitted: list) -> None:
     assert [job for job, _ in submitted] == ["execute"]
 
 
-def test_it_refuses_a_decision_on_an_expired_request(submitted: list) -> None:
-    run = pause_run()
+def test_it_refuses_a_decision_on_an_expired_request(paused_run: AgentRun, submitted: list) -> None:
+    run = paused_run
     request = run.approval_requests.get()
     reviewer = make_reviewer()
     ApprovalRequest.objects.filter(pk=request.pk).update(
@@ -144,8 +146,8 @@ def test_it_refuses_a_decision_on_an_expired_request(submitted: list) -> None:
 # --- recover_runs ---------------------------------------------------------------------------
 
 
-def test_it_fails_a_stuck_run_and_executes_nothing(submitted: list) -> None:
-    run = pause_run()
+def test_it_fails_a_stuck_run_and_executes_nothing(paused_run: AgentRun, submitted: list) -> None:
+    run = paused_run
     request = run.approval_requests.get()
     age(run, RunStatus.RUNNING, seconds=3600)
 
@@ -163,9 +165,10 @@ def test_it_fails_a_stuck_run_and_executes_nothing(submitted: list) -> None:
     assert [job for job, _ in submitted] == ["execute"]
 
 
-def test_it_resubmits_a_lost_resume_and_the_tool_runs_once(submitted: list) -> None:
-    run = pause_run()
-    runs.decide(run.approval_requests.get(), make_reviewer(), runs.Decision.approve())
+def test_it_resubmits_a_lost_resume_and_the_tool_runs_once(
+    approved_run: AgentRun, submitted: list
+) -> None:
+    run = approved_run
     # The process that was to resume it died: the job is lost, the run says "resuming".
     age(run, RunStatus.RESUMING, seconds=3600)
 
@@ -208,8 +211,8 @@ def test_a_run_that_is_alive_is_never_failed(submitted: list) -> None:
     assert run.status == RunStatus.RUNNING
 
 
-def test_it_leaves_waiting_and_fresh_runs_alone(submitted: list) -> None:
-    waiting = pause_run()
+def test_it_leaves_waiting_and_fresh_runs_alone(paused_run: AgentRun, submitted: list) -> None:
+    waiting = paused_run
     age(waiting, RunStatus.WAITING, seconds=3600)
     fresh = start_run("where is order 7")
     AgentRun.objects.filter(pk=fresh.pk).update(status=RunStatus.RUNNING)  # `updated` stays now

@@ -12,7 +12,7 @@ from django.urls import reverse
 from approvals.models import ARGUMENTS_TAMPERED, ApprovalRequest, arguments_hash
 from demo.models import OrderEvent
 from engine import runs
-from engine.models import RunStatus
+from engine.models import AgentRun, RunStatus
 from tests.factories import make_reviewer, pause_run
 
 pytestmark = [
@@ -49,10 +49,9 @@ def test_edited_arguments_cannot_be_approved_and_nothing_runs() -> None:
     assert not OrderEvent.objects.filter(kind="cancelled").exists()
 
 
-def test_arguments_edited_after_the_approval_fail_the_resume() -> None:
-    run = pause_run("cancel order 42")
+def test_arguments_edited_after_the_approval_fail_the_resume(approved_run: AgentRun) -> None:
+    run = approved_run
     request = run.approval_requests.get()
-    runs.decide(request, make_reviewer(), runs.Decision.approve())
     ApprovalRequest.objects.filter(pk=request.pk).update(arguments={"order_id": 7})
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()

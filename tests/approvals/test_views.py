@@ -133,13 +133,9 @@ def test_it_lists_pending_requests_newest_first_with_escaped_arguments(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_paused_demo_run_shows_up_with_who_asked_and_the_call(
-    client: Client, submitted: list
+    paused_run: AgentRun, client: Client, rita: Any
 ) -> None:
-    seed_orders()
-    alice = make_user(username="alice")
-    rita = make_reviewer()
-    client.force_login(rita)
-    run = pause_run("cancel order 42", owner=alice)
+    run = paused_run
     request = run.approval_requests.get()
 
     html = text(client.get(reverse("inbox")))
@@ -202,11 +198,9 @@ def test_the_rows_fragment_holds_the_rows_and_the_count(client: Client, rita: An
 
 @pytest.mark.django_db(transaction=True)
 def test_the_request_page_shows_the_conversation_escaped_and_the_buttons(
-    client: Client, submitted: list
+    paused_run: AgentRun, client: Client, rita: Any
 ) -> None:
-    seed_orders()
-    client.force_login(make_reviewer())
-    run = pause_run("cancel order 42")
+    run = paused_run
     request = run.approval_requests.get()
     SessionItem.objects.create(
         conversation=run.conversation, payload={"role": "user", "content": f"also {XSS}"}
@@ -250,12 +244,9 @@ def test_an_unknown_request_is_a_404(client: Client, rita: Any) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_approve_goes_through_the_engine_and_the_run_resumes(
-    client: Client, submitted: list
+    paused_run: AgentRun, client: Client, rita: Any, submitted: list
 ) -> None:
-    seed_orders()
-    rita = make_reviewer()
-    client.force_login(rita)
-    run = pause_run("cancel order 42")
+    run = paused_run
     request = run.approval_requests.get()
 
     response = client.post(
@@ -280,10 +271,10 @@ def test_approve_goes_through_the_engine_and_the_run_resumes(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_reject_with_a_message_over_htmx_tells_the_agent(client: Client, submitted: list) -> None:
-    seed_orders()
-    client.force_login(make_reviewer())
-    run = pause_run("cancel order 42")
+def test_reject_with_a_message_over_htmx_tells_the_agent(
+    paused_run: AgentRun, client: Client, rita: Any
+) -> None:
+    run = paused_run
     request = run.approval_requests.get()
 
     response = client.post(

@@ -26,7 +26,13 @@ from engine import events, registry, runs
 from engine.models import AgentRun, RunStatus
 from engine.runs import rows
 from tests import scripted
-from tests.factories import make_conversation, make_reviewer, make_user, start_run
+from tests.factories import (
+    make_conversation,
+    make_reviewer,
+    make_user,
+    pause_and_approve,
+    start_run,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -397,12 +403,6 @@ def test_a_decision_on_arguments_the_reviewer_did_not_see_is_refused(submitted: 
     assert run.approval_requests.get().status == ApprovalStatus.PENDING
 
 
-def approved_pause() -> AgentRun:
-    run = pause("cancel order 42")
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
-    return AgentRun.objects.get(pk=run.pk)
-
-
 def assert_failed_without_executing(run: AgentRun, reason: str) -> None:
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()
@@ -414,13 +414,13 @@ def assert_failed_without_executing(run: AgentRun, reason: str) -> None:
 
 
 def test_a_state_edited_in_the_database_executes_nothing(submitted: list) -> None:
-    run = approved_pause()
+    run = pause_and_approve()
     AgentRun.objects.filter(pk=run.pk).update(state={**run.state, "current_turn": 99})
     assert_failed_without_executing(run, "changed outside agentsite")
 
 
 def test_changed_arguments_execute_nothing_even_with_a_valid_signature(submitted: list) -> None:
-    run = approved_pause()
+    run = pause_and_approve()
     state = _replace_in(run.state, '{"order_id":42}', '{"order_id":7}')
     AgentRun.objects.filter(pk=run.pk).update(state=state, state_signature=runs.sign_state(state))
     assert_failed_without_executing(run, "not the ones the reviewer saw")
@@ -440,24 +440,24 @@ def test_an_approval_injected_into_the_state_executes_nothing(submitted: list) -
 
 
 def test_a_changed_agent_fails_the_run_clearly(submitted: list, settings: Any) -> None:
-    run = approved_pause()
+    run = pause_and_approve()
     AgentRun.objects.filter(pk=run.pk).update(agent_fingerprint="0" * 64)
     assert_failed_without_executing(run, "The agent changed since this run paused")
 
 
 def test_an_unsupported_schema_version_fails_the_run_clearly(submitted: list) -> None:
-    run = approved_pause()
+    run = pause_and_approve()
     state = {**run.state, "$schemaVersion": "0.1"}
     AgentRun.objects.filter(pk=run.pk).update(state=state, state_signature=runs.sign_state(state))
     assert_failed_without_executing(run, "schema version 0.1")
 
 
 def test_a_missing_or_corrupt_state_fails_the_run_clearly(submitted: list) -> None:
-    run = approved_pause()
+    run = pause_and_approve()
     AgentRun.objects.filter(pk=run.pk).update(state=None)
     assert_failed_without_executing(run, "missing")
 
-    other = approved_pause()
+    other = pause_and_approve()
     corrupt = {"$schemaVersion": other.state["$schemaVersion"], "garbage": True}
     AgentRun.objects.filter(pk=other.pk).update(
         state=corrupt, state_signature=runs.sign_state(corrupt)

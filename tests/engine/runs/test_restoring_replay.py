@@ -14,7 +14,7 @@ from demo.models import Order, OrderEvent
 from engine import runs
 from engine.models import AgentRun, ConsumedState, RunStatus
 from engine.runs import rows
-from tests.factories import make_reviewer, pause_run
+from tests.factories import make_reviewer, pause_and_approve, pause_run
 
 CONSUMED = "/admin/engine/consumedstate/"
 
@@ -37,17 +37,8 @@ def outputs_for(run: AgentRun, call_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def approved_pause() -> AgentRun:
-    """A demo run paused on cancel_order(42) and approved: resuming, its job not yet run."""
-    run = pause_run("cancel order 42")
-    runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
-    run = AgentRun.objects.get(pk=run.pk)
-    assert run.status == RunStatus.RESUMING
-    return run
-
-
 def test_a_failed_run_keeps_no_state_to_resume(submitted: list) -> None:
-    run = approved_pause()
+    run = pause_and_approve()
     # Every path that ends a run unfinished goes through `_fail_sync` (a crash, recovery, a
     # reused call id, a state that cannot be restored).
     assert rows.fail_sync(run.pk, "Interrupted by a restart.")
@@ -106,8 +97,10 @@ def assert_replay_refused(run: AgentRun) -> None:
     assert Order.objects.get(number=42).status == Order.Status.CANCELLED
 
 
-def test_a_consumed_state_written_back_is_not_resumed_again(submitted: list) -> None:
-    run = pause_run("cancel order 42")
+def test_a_consumed_state_written_back_is_not_resumed_again(
+    paused_run: AgentRun, submitted: list
+) -> None:
+    run = paused_run
     binding = run.state[runs.STATE_BINDING]
     assert binding["run"] == run.pk
     assert binding["pause"] == run.pause_count == 1
@@ -119,8 +112,10 @@ def test_a_consumed_state_written_back_is_not_resumed_again(submitted: list) -> 
     assert ConsumedState.objects.filter(run=run).count() == 1
 
 
-def test_a_state_saved_before_pauses_were_bound_resumes_once_only(submitted: list) -> None:
-    run = pause_run("cancel order 42")
+def test_a_state_saved_before_pauses_were_bound_resumes_once_only(
+    paused_run: AgentRun, submitted: list
+) -> None:
+    run = paused_run
     # As a run paused before this change saved it: no binding inside the signed state.
     legacy = {k: v for k, v in run.state.items() if k != runs.STATE_BINDING}
     AgentRun.objects.filter(pk=run.pk).update(state=legacy, state_signature=runs.sign_state(legacy))
@@ -157,7 +152,7 @@ def test_a_state_bound_to_another_run_or_pause_executes_nothing(submitted: list)
 
 
 def test_a_copy_of_a_failed_runs_state_written_back_executes_nothing(submitted: list) -> None:
-    run = approved_pause()
+    run = pause_and_approve()
     copy = saved_copy(run)
     assert rows.fail_sync(run.pk, "Interrupted by a restart.")
 
@@ -172,7 +167,7 @@ def test_a_copy_of_a_failed_runs_state_written_back_executes_nothing(submitted: 
 
 
 def test_staff_see_consumed_states_read_only(admin_client: Client, submitted: list) -> None:
-    run = approved_pause()
+    run = pause_and_approve()
     asyncio.run(runs.resume(run.pk))
     consumed = ConsumedState.objects.get(run=run)
 

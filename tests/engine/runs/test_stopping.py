@@ -28,7 +28,7 @@ from engine import events, runs
 from engine.models import AgentRun, ConsumedState, RunStatus
 from engine.runs import stopping
 from tests import scripted
-from tests.factories import make_conversation, make_reviewer, make_user, pause_run
+from tests.factories import make_conversation, make_reviewer, make_user
 from tracing import recording
 from tracing.models import Span, Trace, TraceStatus
 
@@ -148,14 +148,12 @@ def test_a_queued_run_stopped_never_starts(submitted: list, alice: Any) -> None:
 
 
 def test_a_decided_run_stopped_before_it_resumes_executes_nothing(
-    submitted: list, alice: Any
+    approved_run: AgentRun, alice: Any
 ) -> None:
     from demo.models import OrderEvent
 
-    run = pause_run("cancel order 42", owner=alice)
+    run = approved_run
     request = ApprovalRequest.objects.get(run=run)
-    runs.decide(request.pk, make_reviewer(), runs.Decision.approve())
-    assert AgentRun.objects.get(pk=run.pk).status == RunStatus.RESUMING
 
     assert runs.stop(run.pk, alice) is True
     asyncio.run(runs.resume(run.pk))
