@@ -19,14 +19,6 @@ from engine.models import AgentRun, RunStatus
 from engine.runs import driving, rows
 from tests.factories import make_reviewer, start_run
 
-
-def login_request() -> Any:
-    """django-axes needs the request in authenticate(); Client.login() passes it on."""
-    from django.test import RequestFactory
-
-    return RequestFactory().post("/accounts/login/")
-
-
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
 
@@ -249,44 +241,3 @@ def test_it_takes_the_timeout_from_settings_or_the_option(submitted: list, setti
 
 
 # --- seed_demo ------------------------------------------------------------------------------
-
-
-def test_seeding_again_keeps_the_demo_users_passwords_and_sessions(settings: Any) -> None:
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-
-    settings.DEBUG = True
-    command("seed_demo")
-    User = get_user_model()
-    alice = Client()
-    assert alice.login(request=login_request(), username="alice", password="alice-demo-pass")
-    assert alice.get("/chats/").status_code == 200
-    rita = User.objects.get(username="rita")
-    rita.set_password("rita-own-password")  # changed by hand since
-    rita.save()
-    hashes = dict(User.objects.values_list("username", "password"))
-
-    out = command("seed_demo")
-
-    assert dict(User.objects.values_list("username", "password")) == hashes
-    # The session made before the second seeding is still logged in.
-    assert alice.get("/chats/").status_code == 200
-    assert Client().login(request=login_request(), username="rita", password="rita-own-password")
-    assert "password unchanged" in out
-    assert "demo-pass" not in out
-
-
-def test_seeding_prices_the_offline_model_once_and_keeps_an_operators_price(settings: Any) -> None:
-    from decimal import Decimal
-
-    from tracing.models import ModelPrice
-
-    settings.DEBUG = True
-    command("seed_demo")
-    price = ModelPrice.objects.get(model="offline-demo")
-    assert price.input_per_million > 0 and "Demo only" in price.note
-    ModelPrice.objects.filter(pk=price.pk).update(input_per_million=Decimal("9"))
-    command("seed_demo")
-    assert list(
-        ModelPrice.objects.filter(model="offline-demo").values_list("input_per_million", flat=True)
-    ) == [Decimal("9")]

@@ -6,14 +6,11 @@ queries however many rules there are."""
 from __future__ import annotations
 
 import re
-from io import StringIO
 from typing import Any
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -27,7 +24,6 @@ from approvals.models import (
     PolicyAction,
     PolicyCondition,
 )
-from engine import policies
 from engine.permissions import MANAGE_POLICIES_PERMISSION, can_manage_policies
 from tests.agentsite.test_csp import inline_code, policy_of
 from tests.factories import grant, make_request, make_reviewer, make_user
@@ -475,34 +471,3 @@ def test_what_a_person_wrote_is_escaped_everywhere(client: Client, rita: Any) ->
 
 
 # --- the demo -------------------------------------------------------------------------------
-
-
-def test_seed_demo_lets_rita_manage_the_rules_and_seeds_the_small_refunds_rule_once(
-    settings: Any,
-) -> None:
-    settings.DEBUG = True
-    call_command("seed_demo", stdout=StringIO())
-    rita = get_user_model().objects.get(username="rita")
-    assert can_manage_policies(rita)
-    assert not can_manage_policies(get_user_model().objects.get(username="alice"))
-    policy = ApprovalPolicy.objects.get()
-    # Seeded off: every cluster is seeded, and the soak benchmark's refunds must wait.
-    assert (policy.name, policy.enabled, policy.tool_name) == (
-        "Small refunds go through",
-        False,
-        "issue_refund",
-    )
-    policy.description = "Changed by rita."
-    policy.save()
-    call_command("seed_demo", stdout=StringIO())
-    assert ApprovalPolicy.objects.get().description == "Changed by rita."
-    assert PolicyCondition.objects.count() == 1
-
-    # Turned on, it approves a $15 refund and leaves a $80 one to a person.
-    ApprovalPolicy.objects.update(enabled=True)
-    rules = policies.load_rules()
-    user = policies.User(email="alice@example.com", username="alice")
-    small = policies.Call("Support desk", "issue_refund", {"order_id": 42, "amount": 15.0})
-    large = policies.Call("Support desk", "issue_refund", {"order_id": 42, "amount": 80.0})
-    assert policies.evaluate(rules, small, user).action == PolicyAction.APPROVE
-    assert policies.evaluate(rules, large, user).action == PolicyAction.ASK

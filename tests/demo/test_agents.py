@@ -16,7 +16,6 @@ from openai.types.responses import ResponseTextDeltaEvent
 from demo import tools
 from demo.agents import billing, researcher, support_desk, warehouse
 from demo.models import Order, OrderEvent, SentEmail
-from demo.seed import seed_orders
 from engine import providers
 from engine.context import RunContext, deserialize, serialize
 
@@ -418,23 +417,6 @@ async def test_it_requires_approval_for_unreadable_emails_whoever_they_name(
     if order_id is not None:
         params["order_id"] = order_id
     assert await tools.email_needs_approval(None, params, "call_1") is expected
-
-
-def test_it_seeds_the_demo_orders_once() -> None:
-    assert seed_orders() == 0
-    assert Order.objects.count() == 10
-    assert Order.objects.get(number=42).customer.username == "alice"
-    assert Order.objects.get(number=7).customer.username == "chen"
-    assert Order.objects.get(number=42).amount == Decimal("120.00")
-    assert Order.objects.get(number=7).status == Order.Status.SHIPPED
-
-
-def test_it_restores_the_demo_orders_on_reset() -> None:
-    Order.objects.filter(number=42).update(status=Order.Status.CANCELLED)
-
-    seed_orders(reset=True)
-
-    assert Order.objects.get(number=42).status == Order.Status.PLACED
 
 
 def test_it_wires_the_demo_agents_together() -> None:
