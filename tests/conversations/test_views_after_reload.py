@@ -1,9 +1,10 @@
-"""Issue 13, part 5: the chat page tells the truth after reloads and resumes, and the request
-page once a request is decided. (The browser half: tests/browser/test_chat_after_reload.py.)"""
+"""The chat page says what is so after a reload or a resume: what a streaming run has said so
+far, the title and who answers, what a waiting call waits for in plain words; and the request
+page stops saying it waits once the request is decided. (The browser half:
+tests/browser/test_chat_after_reload.py; the streamed text: tests/engine/runs/test_streaming.py.)"""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -15,9 +16,8 @@ from conversations.consumers import _render_run
 from conversations.models import Conversation
 from conversations.rendering import call_for, plain_call
 from conversations.session import DjangoSession
-from engine import events, runs
+from engine import runs
 from engine.models import AgentRun, RunStatus
-from engine.runs import streaming
 from tests.approvals.test_consumers import open_socket
 from tests.factories import (
     make_conversation,
@@ -39,44 +39,6 @@ def client_for(user: Any) -> Client:
 
 
 # --- what has streamed, across a reload -----------------------------------------------------
-
-
-def test_a_streaming_run_stores_what_it_said_and_numbers_each_delta(
-    conversation: Conversation, submitted: list, settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    settings.AGENTSITE_DEMO_STREAM_DELAY = 0.01
-    monkeypatch.setattr(streaming, "STREAMED_SAVE_SECONDS", 0.05)
-    deltas: list[events.TextDelta] = []
-    saved: list[str] = []
-    publish, save = events.publish, streaming.save_streamed
-
-    async def recording_publish(published: Any) -> None:
-        published = list(published)
-        deltas.extend(e for e in published if isinstance(e, events.TextDelta))
-        await publish(published)
-
-    def recording_save(run_id: int, text: str) -> None:
-        saved.append(text)
-        save(run_id, text)
-        assert AgentRun.objects.get(pk=run_id).streamed_text == text
-
-    monkeypatch.setattr(events, "publish", recording_publish)
-    monkeypatch.setattr(streaming, "save_streamed", recording_save)
-
-    run = runs.start_run(conversation, "hello", conversation.owner)
-    asyncio.run(runs.execute(run.pk))
-    run.refresh_from_db()
-
-    assert run.status == RunStatus.COMPLETED
-    text = "".join(delta.delta for delta in deltas)
-    assert text == run.final_output
-    offsets = [delta.at for delta in deltas]
-    assert offsets == [len("".join(d.delta for d in deltas[:i])) for i in range(len(deltas))]
-    assert {delta.segment for delta in deltas} == {0}
-    # Stored now and then, not per word: each time what had streamed so far.
-    assert 1 <= len(saved) < len(deltas)
-    assert all(text.startswith(part) for part in saved)
-    assert run.streamed_text == ""  # the session holds the reply now
 
 
 def test_the_page_shows_what_a_streaming_run_has_said_so_far(

@@ -7,15 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
-from datetime import timedelta
-from io import StringIO
 from typing import Any
 
 import pytest
 from agents import Agent, function_tool
 from agents.testing import ModelStep, ScriptedModel
-from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -27,8 +23,6 @@ from tests.conftest import Traces
 from tests.factories import (
     make_conversation,
     make_reviewer,
-    make_span,
-    make_trace,
     make_user,
     start_run,
 )
@@ -310,59 +304,6 @@ def test_personal_data_never_reaches_the_trace_store(traces: Traces, settings: A
         assert marker in stored
     decision = Span.objects.get(trace_id=refused.trace_id, name="approval decision")
     assert decision.data["message"] == "Do not cancel; email [email] or call [phone], card [card]"
-
-
-# --- retention ------------------------------------------------------------------------------
-
-
-def trace_started_ago(age: timedelta, spans: int = 3) -> Trace:
-    """A trace (of the shared `make_trace`) that started, and was created, `age` ago."""
-    started = timezone.now() - age
-    trace = make_trace(trace_id=f"trace_old_{uuid.uuid4().hex}", started_at=started)
-    Trace.objects.filter(pk=trace.pk).update(created=started)
-    Span.objects.bulk_create(make_span(trace, "custom") for _ in range(spans))
-    return trace
-
-
-def made() -> Any:
-    """The traces `trace_started_ago` made (a browser test's server may store traces of its
-    own)."""
-    return Trace.objects.filter(trace_id__startswith="trace_old_")
-
-
-def test_prune_traces_deletes_old_traces_with_their_spans_and_keeps_new_ones() -> None:
-    old = [trace_started_ago(timedelta(days=40)) for _ in range(3)]
-    recent = trace_started_ago(timedelta(days=2))
-    stale_placeholder = trace_started_ago(timedelta(days=31), spans=0)
-    Trace.objects.filter(pk=stale_placeholder.pk).update(started_at=None)
-
-    out = StringIO()
-    call_command("prune_traces", "--older-than", "30d", stdout=out)
-
-    assert "Deleted 4 trace(s) and 9 span(s)" in out.getvalue()
-    assert list(made()) == [recent]
-    assert Span.objects.filter(trace__in=made()).count() == 3
-    assert not Span.objects.filter(trace_id__in=[o.trace_id for o in old]).exists()
-
-
-def test_prune_traces_takes_hours_seconds_and_the_retention_setting(settings: Any) -> None:
-    trace_started_ago(timedelta(hours=13))
-    trace_started_ago(timedelta(hours=1))
-    call_command("prune_traces", "--older-than", "12h", stdout=StringIO())
-    assert made().count() == 1
-    call_command("prune_traces", "--older-than", "60", stdout=StringIO())
-    assert made().count() == 0
-
-    settings.AGENTSITE_TRACE_RETENTION_DAYS = 7
-    trace_started_ago(timedelta(days=8))
-    trace_started_ago(timedelta(days=6))
-    call_command("prune_traces", stdout=StringIO())
-    assert made().count() == 1
-
-
-def test_prune_traces_refuses_an_age_it_cannot_read() -> None:
-    with pytest.raises(CommandError, match="not an age"):
-        call_command("prune_traces", "--older-than", "a month")
 
 
 # --- admin ----------------------------------------------------------------------------------
