@@ -199,6 +199,35 @@ def pause_and_approve(text: str = "cancel order 42") -> AgentRun:
     return run
 
 
+# --- what a run did -------------------------------------------------------------------------
+
+
+def session_items(run: AgentRun) -> list[dict[str, Any]]:
+    """The items of `run`'s conversation, as its session returns them."""
+    import asyncio
+
+    from conversations.session import DjangoSession
+
+    return list(asyncio.run(DjangoSession(run.conversation.session_id).get_items()))
+
+
+def outputs_for(run: AgentRun, call_id: str) -> list[dict[str, Any]]:
+    """The outputs of the call `call_id` in `run`'s conversation: one for a call that ran."""
+    return [
+        item
+        for item in session_items(run)
+        if item.get("type") == "function_call_output" and item.get("call_id") == call_id
+    ]
+
+
+def cancellations(order: int = 42) -> int:
+    """How many times the demo's `cancel_order` cancelled `order`: once at most, whatever
+    was retried, replayed or raced."""
+    from demo.models import OrderEvent
+
+    return OrderEvent.objects.filter(order__number=order, kind=OrderEvent.Kind.CANCELLED).count()
+
+
 # --- items of a conversation (the SDK's input items) ----------------------------------------
 
 

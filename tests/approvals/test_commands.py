@@ -13,11 +13,11 @@ from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from conversations.session import DjangoSession
-from demo.models import Order, OrderEvent
+from demo.models import Order
 from engine import executor, runs
 from engine.models import AgentRun, RunStatus
 from engine.runs import driving, rows
-from tests.factories import make_reviewer, start_run
+from tests.factories import cancellations, make_reviewer, start_run
 
 # Tools run in worker threads with their own database connections: they must see committed rows.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("orders")]
@@ -34,10 +34,6 @@ def age(run: AgentRun, status: str, seconds: float) -> None:
     AgentRun.objects.filter(pk=run.pk).update(
         status=status, updated=timezone.now() - timedelta(seconds=seconds)
     )
-
-
-def order_42_cancellations() -> int:
-    return OrderEvent.objects.filter(order__number=42, kind=OrderEvent.Kind.CANCELLED).count()
 
 
 # --- expire_approvals -----------------------------------------------------------------------
@@ -70,7 +66,7 @@ def test_it_expires_an_overdue_request_and_the_agent_tells_the_user(
     assert run.status == RunStatus.COMPLETED, run.error
     assert "not approved" in run.final_output
     assert "expired" in run.final_output
-    assert order_42_cancellations() == 0
+    assert cancellations() == 0
     assert Order.objects.get(number=42).status == Order.Status.PLACED
     items = asyncio.run(DjangoSession(run.conversation.session_id).get_items())
     outputs = [
@@ -99,7 +95,7 @@ def test_it_waits_for_the_runs_it_resumes_in_process(settings: Any) -> None:
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error
     assert "expired" in run.final_output
-    assert order_42_cancellations() == 0
+    assert cancellations() == 0
 
 
 def test_it_expires_nothing_that_is_not_overdue(paused_run: AgentRun, submitted: list) -> None:
@@ -153,7 +149,7 @@ def test_it_fails_a_stuck_run_and_executes_nothing(paused_run: AgentRun, submitt
     assert run.finished is not None
     request.refresh_from_db()
     assert request.status == ApprovalStatus.CANCELLED
-    assert order_42_cancellations() == 0
+    assert cancellations() == 0
     assert [job for job, _ in submitted] == ["execute"]
 
 
@@ -176,7 +172,7 @@ def test_it_resubmits_a_lost_resume_and_the_tool_runs_once(
     asyncio.run(both())
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error
-    assert order_42_cancellations() == 1
+    assert cancellations() == 1
 
 
 def test_it_resubmits_a_run_that_never_started(submitted: list) -> None:

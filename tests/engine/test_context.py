@@ -25,7 +25,7 @@ from engine.context import (
 )
 from engine.models import AgentRun, RunStatus
 from tests import scripted
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import make_conversation, make_reviewer, make_user, outputs_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_registry")]
 
@@ -102,11 +102,6 @@ def approve_and_resume_elsewhere(run: AgentRun) -> AgentRun:
     worker.join(timeout=30)
     assert not worker.is_alive() and errors == []
     return AgentRun.objects.get(pk=run.pk)
-
-
-def outputs_for(run: AgentRun, call_id: str) -> list[dict[str, Any]]:
-    items = asyncio.run(DjangoSession(run.conversation.session_id).get_items())
-    return [i for i in items if i.get("type") == "function_call_output" and i["call_id"] == call_id]
 
 
 def test_it_gives_a_tool_the_user_who_asked(settings: Any, submitted: list) -> None:

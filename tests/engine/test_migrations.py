@@ -16,10 +16,9 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from conversations.session import DjangoSession
-from demo.models import OrderEvent
 from engine import runs
 from engine.models import AgentRun, RunStatus
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import cancellations, make_conversation, make_reviewer, make_user
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -62,10 +61,6 @@ def tables() -> set[str]:
         return set(connection.introspection.table_names(cursor))
 
 
-def cancelled_42() -> int:
-    return OrderEvent.objects.filter(order__number=42, kind=OrderEvent.Kind.CANCELLED).count()
-
-
 def test_a_run_waiting_on_an_edited_version_across_the_upgrade_resumes_once_on_it(
     migrator: MigrationExecutor, submitted: list
 ) -> None:
@@ -101,7 +96,7 @@ def test_a_run_waiting_on_an_edited_version_across_the_upgrade_resumes_once_on_i
 
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error
-    assert cancelled_42() == 1
+    assert cancellations() == 1
 
     def outputs(branch: str) -> list[Any]:
         items = asyncio.run(DjangoSession(conversation.session_id).get_items(branch_id=branch))

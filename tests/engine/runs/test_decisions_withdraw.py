@@ -22,13 +22,12 @@ from django.urls import reverse
 
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from conversations.actions import BUSY_WAITING, UNDO_WAITING, UNDO_WORKING
-from conversations.session import DjangoSession
 from engine import events, runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.approvals.test_consumers import open_socket
 from tests.engine.runs.test_decisions_race import race
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import make_conversation, make_reviewer, make_user, session_items
 from tracing import recording
 from tracing.models import Span
 
@@ -67,10 +66,6 @@ def paused_for(owner: Any, settings: Any) -> tuple[AgentRun, ApprovalRequest]:
     run.refresh_from_db()
     assert run.status == RunStatus.WAITING, run.error
     return run, run.approval_requests.get()
-
-
-def session_items(run: AgentRun) -> list[dict[str, Any]]:
-    return asyncio.run(DjangoSession(run.conversation.session_id).get_items())
 
 
 def test_it_withdraws_audited_with_who_and_when_and_the_run_answers(

@@ -1,4 +1,7 @@
-"""The run engine: pause, decide, resume exactly once, from the database alone."""
+"""A run driven through its life (`engine/runs/driving.py`): it pauses, is decided and resumes
+exactly once, from the database alone, on any loop; through handoffs, agents used as tools,
+several calls of one pause and "always". (Its start: test_starting.py; its restore's checks:
+test_restoring.py; its decisions: test_decisions*.py.)"""
 
 from __future__ import annotations
 
@@ -20,17 +23,17 @@ from approvals.models import (
     ApprovalStatus,
     arguments_hash,
 )
-from conversations.session import DjangoSession
-from demo.models import Order, OrderEvent
+from demo.models import Order
 from engine import events, registry, runs
 from engine.models import AgentRun, RunStatus
 from engine.runs import rows
 from tests import scripted
 from tests.factories import (
-    make_conversation,
+    cancellations,
     make_reviewer,
     make_user,
-    pause_and_approve,
+    outputs_for,
+    session_items,
     start_run,
 )
 
@@ -48,46 +51,6 @@ def pause(text: str, agent_name: str = "support") -> AgentRun:
     return run
 
 
-def session_items(run: AgentRun) -> list[dict[str, Any]]:
-    return asyncio.run(DjangoSession(run.conversation.session_id).get_items())
-
-
-def outputs_for(run: AgentRun, call_id: str) -> list[dict[str, Any]]:
-    return [
-        item
-        for item in session_items(run)
-        if item.get("type") == "function_call_output" and item.get("call_id") == call_id
-    ]
-
-
-def cancelled_42() -> int:
-    return OrderEvent.objects.filter(order__number=42, kind="cancelled").count()
-
-
-def test_it_queues_a_run_and_hands_it_to_the_executor_after_commit(submitted: list) -> None:
-    run = start_run("where is order 7")
-    assert run.status == RunStatus.QUEUED
-    assert run.trace_id.startswith("trace_")
-    assert submitted == [("execute", run.pk)]
-
-    asyncio.run(runs.execute(run.pk))
-    run.refresh_from_db()
-    assert run.status == RunStatus.COMPLETED
-    assert "shipped" in run.final_output
-    assert run.usage["requests"] >= 2
-    assert run.state is None
-
-
-def test_it_refuses_an_empty_or_huge_message_and_stores_nothing(submitted: list) -> None:
-    conversation = make_conversation()
-    with pytest.raises(ValueError, match="empty"):
-        runs.start_run(conversation, "   ")
-    with pytest.raises(ValueError, match="too long"):
-        runs.start_run(conversation, "x" * (runs.MAX_INPUT_CHARS + 1))
-    assert AgentRun.objects.count() == 0
-    assert submitted == []
-
-
 def test_it_pauses_with_a_signed_state_and_one_request(submitted: list) -> None:
     run = pause("cancel order 42")
 
@@ -103,7 +66,7 @@ def test_it_pauses_with_a_signed_state_and_one_request(submitted: list) -> None:
     assert run.state_signature == runs.sign_state(run.state)
     assert run.agent_fingerprint == registry.fingerprint(registry.get_agent("support"))
     assert run.sdk_version.startswith("0.24")
-    assert cancelled_42() == 0
+    assert cancellations() == 0
     assert Order.objects.get(number=42).status == "placed"
 
 
@@ -148,7 +111,7 @@ def test_a_paused_run_resumes_in_a_new_loop_from_the_database_only(submitted: li
     run = AgentRun.objects.get(pk=run_id)
     assert run.status == RunStatus.COMPLETED, run.error
     assert Order.objects.get(number=42).status == "cancelled"
-    assert cancelled_42() == 1
+    assert cancellations() == 1
     call_id = ApprovalRequest.objects.get(run_id=run_id).call_id
     assert len(outputs_for(run, call_id)) == 1
     replies = [i for i in session_items(run) if i.get("role") == "assistant"]
@@ -188,7 +151,7 @@ def test_fifty_concurrent_approvals_make_one_decision_and_one_execution(submitte
     assert submitted.count(("resume", run.pk)) == 1
 
     asyncio.run(runs.resume(run.pk))
-    assert cancelled_42() == 1
+    assert cancellations() == 1
 
 
 def test_approve_racing_reject_ends_in_one_decision(submitted: list) -> None:
@@ -221,7 +184,7 @@ def test_approve_racing_reject_ends_in_one_decision(submitted: list) -> None:
     request.refresh_from_db()
     assert request.status == (ApprovalStatus.APPROVED if wins[0] else ApprovalStatus.REJECTED)
     asyncio.run(runs.resume(run.pk))
-    assert cancelled_42() == (1 if wins[0] else 0)
+    assert cancellations() == (1 if wins[0] else 0)
 
 
 def test_resuming_one_snapshot_twice_executes_the_tool_once(submitted: list) -> None:
@@ -239,7 +202,7 @@ def test_resuming_one_snapshot_twice_executes_the_tool_once(submitted: list) -> 
     call_id = run.approval_requests.get().call_id
     # The demo tool is idempotent by call id; the session shows whether the SDK ran it twice.
     assert len(outputs_for(run, call_id)) == 1
-    assert cancelled_42() == 1
+    assert cancellations() == 1
 
 
 def test_a_rejection_message_reaches_the_model_and_the_tool_never_runs(submitted: list) -> None:
@@ -253,7 +216,7 @@ def test_a_rejection_message_reaches_the_model_and_the_tool_never_runs(submitted
 
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED
-    assert cancelled_42() == 0
+    assert cancellations() == 0
     assert Order.objects.get(number=42).status == "placed"
     call_id = run.approval_requests.get().call_id
     [output] = outputs_for(run, call_id)
@@ -403,87 +366,11 @@ def test_a_decision_on_arguments_the_reviewer_did_not_see_is_refused(submitted: 
     assert run.approval_requests.get().status == ApprovalStatus.PENDING
 
 
-def assert_failed_without_executing(run: AgentRun, reason: str) -> None:
-    asyncio.run(runs.resume(run.pk))
-    run.refresh_from_db()
-    assert run.status == RunStatus.FAILED
-    assert reason in run.error
-    assert cancelled_42() == 0
-    assert Order.objects.get(number=42).status == "placed"
-    assert outputs_for(run, run.approval_requests.get().call_id) == []
-
-
-def test_a_state_edited_in_the_database_executes_nothing(submitted: list) -> None:
-    run = pause_and_approve()
-    AgentRun.objects.filter(pk=run.pk).update(state={**run.state, "current_turn": 99})
-    assert_failed_without_executing(run, "changed outside agentsite")
-
-
-def test_changed_arguments_execute_nothing_even_with_a_valid_signature(submitted: list) -> None:
-    run = pause_and_approve()
-    state = _replace_in(run.state, '{"order_id":42}', '{"order_id":7}')
-    AgentRun.objects.filter(pk=run.pk).update(state=state, state_signature=runs.sign_state(state))
-    assert_failed_without_executing(run, "not the ones the reviewer saw")
-
-
-def test_an_approval_injected_into_the_state_executes_nothing(submitted: list) -> None:
-    run = pause("cancel order 42")
-    request = run.approval_requests.get()
-    state = run.state
-    state["context"]["approvals"] = {
-        "cancel_order": {"approved": [request.call_id], "rejected": []}
-    }
-    AgentRun.objects.filter(pk=run.pk).update(state=state, state_signature=runs.sign_state(state))
-    # A reviewer rejects; the injected approval must not win.
-    runs.decide(request.pk, make_reviewer(), runs.Decision.reject())
-    assert_failed_without_executing(AgentRun.objects.get(pk=run.pk), "tampered with")
-
-
-def test_a_changed_agent_fails_the_run_clearly(submitted: list, settings: Any) -> None:
-    run = pause_and_approve()
-    AgentRun.objects.filter(pk=run.pk).update(agent_fingerprint="0" * 64)
-    assert_failed_without_executing(run, "The agent changed since this run paused")
-
-
-def test_an_unsupported_schema_version_fails_the_run_clearly(submitted: list) -> None:
-    run = pause_and_approve()
-    state = {**run.state, "$schemaVersion": "0.1"}
-    AgentRun.objects.filter(pk=run.pk).update(state=state, state_signature=runs.sign_state(state))
-    assert_failed_without_executing(run, "schema version 0.1")
-
-
-def test_a_missing_or_corrupt_state_fails_the_run_clearly(submitted: list) -> None:
-    run = pause_and_approve()
-    AgentRun.objects.filter(pk=run.pk).update(state=None)
-    assert_failed_without_executing(run, "missing")
-
-    other = pause_and_approve()
-    corrupt = {"$schemaVersion": other.state["$schemaVersion"], "garbage": True}
-    AgentRun.objects.filter(pk=other.pk).update(
-        state=corrupt, state_signature=runs.sign_state(corrupt)
-    )
-    asyncio.run(runs.resume(other.pk))
-    other.refresh_from_db()
-    assert other.status == RunStatus.FAILED
-    assert "could not be read" in other.error
-
-
 def test_a_decision_after_the_run_failed_is_refused(submitted: list) -> None:
     run = pause("cancel order 42")
     rows.fail_sync(run.pk, "boom", from_statuses=(RunStatus.WAITING,))
     with pytest.raises(runs.RequestClosed, match="cancelled"):
         runs.decide(run.approval_requests.get().pk, make_reviewer(), runs.Decision.approve())
-
-
-def _replace_in(value: Any, old: str, new: str) -> Any:
-    """Replace text inside every string of a JSON value."""
-    if isinstance(value, dict):
-        return {k: _replace_in(v, old, new) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_replace_in(v, old, new) for v in value]
-    if isinstance(value, str):
-        return value.replace(old, new)
-    return value
 
 
 @pytest.mark.parametrize("ends_with", ["a reply", "a pause"])
@@ -528,14 +415,3 @@ async def test_a_decision_is_announced_to_every_inbox_after_commit(submitted: li
     assert message["event"]["status"] == "rejected"
     assert message["event"]["decided_by"] == "rita"
     assert message["event"]["message"] == "<b>no</b>"  # escaping is the page's job
-
-
-def test_it_still_verifies_states_signed_before_the_engine_moved() -> None:
-    # Runs that wait for a reviewer were signed by `agentsite/runs.py` with this salt; renaming
-    # it would fail every one of them on resume.
-    from django.utils.crypto import salted_hmac
-
-    state = {"$schemaVersion": "1.0", "b": [1, 2], "a": "ü"}
-    canonical = '{"$schemaVersion":"1.0","a":"ü","b":[1,2]}'
-    signed_before = salted_hmac("agentsite.runs.state", canonical, algorithm="sha256").hexdigest()
-    assert runs.sign_state(state) == signed_before

@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from conversations.session import DjangoSession
-from demo.models import Order, OrderEvent
+from demo.models import Order
 from engine import runs
 from engine.models import AgentRun, ConsumedState, RunStatus
 from engine.runs import rows
-from tests.factories import make_reviewer, pause_and_approve, pause_run
+from tests.factories import cancellations, make_reviewer, outputs_for, pause_and_approve, pause_run
 
 CONSUMED = "/admin/engine/consumedstate/"
 
@@ -22,19 +21,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("orders", "fresh_registry"),
 ]
-
-
-def cancelled_42() -> int:
-    return OrderEvent.objects.filter(order__number=42, kind=OrderEvent.Kind.CANCELLED).count()
-
-
-def outputs_for(run: AgentRun, call_id: str) -> list[dict[str, Any]]:
-    items = asyncio.run(DjangoSession(run.conversation.session_id).get_items())
-    return [
-        item
-        for item in items
-        if item.get("type") == "function_call_output" and item.get("call_id") == call_id
-    ]
 
 
 def test_a_failed_run_keeps_no_state_to_resume(submitted: list) -> None:
@@ -56,7 +42,7 @@ def test_a_failed_run_keeps_no_state_to_resume(submitted: list) -> None:
     # The state is gone, and the failure took its pause's state for good.
     assert "ended with its run" in run.error
     assert "nothing was executed" in run.error
-    assert cancelled_42() == 0
+    assert cancellations() == 0
     assert Order.objects.get(number=42).status == Order.Status.PLACED
     assert outputs_for(run, run.approval_requests.get().call_id) == []
 
@@ -80,7 +66,7 @@ def resume_once_then_replay(run: AgentRun, copy: dict[str, Any]) -> AgentRun:
     assert run.status == RunStatus.COMPLETED, run.error
     call_id = run.approval_requests.get().call_id
     assert len(outputs_for(run, call_id)) == 1
-    assert cancelled_42() == 1
+    assert cancellations() == 1
 
     write_back(run, copy)
     asyncio.run(runs.resume(run.pk))
@@ -93,7 +79,7 @@ def assert_replay_refused(run: AgentRun) -> None:
     assert "already resumed once" in run.error
     assert "nothing was executed" in run.error
     assert len(outputs_for(run, run.approval_requests.get().call_id)) == 1
-    assert cancelled_42() == 1
+    assert cancellations() == 1
     assert Order.objects.get(number=42).status == Order.Status.CANCELLED
 
 
@@ -138,7 +124,7 @@ def test_a_state_bound_to_another_run_or_pause_executes_nothing(submitted: list)
     second.refresh_from_db()
     assert second.status == RunStatus.FAILED
     assert "belongs to another run or pause" in second.error
-    assert cancelled_42() == 0
+    assert cancellations() == 0
 
     # Its own state, presented as the state of a later pause.
     AgentRun.objects.filter(pk=first.pk).update(pause_count=2)
@@ -148,7 +134,7 @@ def test_a_state_bound_to_another_run_or_pause_executes_nothing(submitted: list)
     first.refresh_from_db()
     assert first.status == RunStatus.FAILED
     assert "belongs to another run or pause" in first.error
-    assert cancelled_42() == 0
+    assert cancellations() == 0
 
 
 def test_a_copy_of_a_failed_runs_state_written_back_executes_nothing(submitted: list) -> None:
@@ -162,7 +148,7 @@ def test_a_copy_of_a_failed_runs_state_written_back_executes_nothing(submitted: 
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "already resumed once or ended" in run.error
-    assert cancelled_42() == 0
+    assert cancellations() == 0
     assert outputs_for(run, run.approval_requests.get().call_id) == []
 
 
