@@ -1,7 +1,7 @@
 """The site's context (`agentsite.context_processors`): the menu's permission checks are asked
 only by a template that tests them, once a render. The chat composer a message's POST answers
-with shows no menu, so it asks no permission query (issue 14's CPU benchmark: about 1 ms of
-each turn's POST)."""
+with shows no menu, so it asks no permission query (the permission queries would be about 1 ms
+of each turn's POST)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14, part 2: `deploy/.env.example` is production's environment, documented: every name
+"""`deploy/.env.example` is production's environment, documented: every name
 in it is a setting agentsite/settings.py reads, every setting is in it, what a production
 site must set is set (not commented out), and filled in it passes Django's deployment
 checks. `docs/deploy.md` is linked from the README and the map, and the files it names exist.
@@ -99,7 +99,7 @@ def test_the_deploy_guide_is_linked_and_names_files_that_exist() -> None:
     assert "deploy/.env.example" in named
     missing = {path for path in named if not (ROOT / path.rstrip("/")).exists()}
     assert missing == set()
-    # Each part the guide must cover (issue 14, parts 2 and 3).
+    # Each part the guide must cover.
     for heading in (
         "## One host",
         "## Several hosts",

@@ -1,4 +1,4 @@
-"""The JSON API (issue 16, part 1): per-user tokens, and decisions through the same engine
+"""The JSON API (`api/endpoints.py`): per-user tokens, and decisions through the same engine
 call and the same audit as the inbox's, with the same messages mapped to status codes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The reviewer's workbench (issue 15), part 1: each request explains itself — the tool's
+"""Each request explains itself (`approvals/explain.py`) — the tool's
 description, the risk its author declared, the arguments for people, the facts its hook
 reads (with warnings) — in the inbox row, a pushed row, the request page and the history."""
 

@@ -1,4 +1,4 @@
-"""The reviewers' policy pages (issue 15, part 6): approval policies managed by reviewers who
+"""The reviewers' policy pages (`approvals/policy_views.py`): approval policies managed by reviewers who
 hold `approvals.manage_approvalpolicy`, in the inbox's look. Every change is a POST, recorded
 as an admin LogEntry; what a person wrote is escaped; the list reads a bounded number of
 queries however many rules there are."""

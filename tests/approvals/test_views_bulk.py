@@ -1,4 +1,4 @@
-"""Bulk with care (issue 15, part 5), through the Django test client: a bulk decision is two
+"""Bulk decisions in the inbox (`approvals/views.py`), through the Django test client: a bulk decision is two
 POSTs. The first answers with a confirmation that lists, from the database, exactly the
 selected requests (tool, arguments, risk) and decides nothing; only the second, carrying the
 same ids and hashes and the confirmation's token, decides. Whatever changed in between is

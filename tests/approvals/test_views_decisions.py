@@ -1,5 +1,6 @@
-"""The reviewer's workbench (issue 15), parts 4 and 7: a rejection's two messages and their two
-readers, and separation of duties."""
+"""Deciding in the inbox (`approvals/views.py`): a rejection's two messages (one for the agent,
+a note for reviewers) and their two readers, and separation of duties (a reviewer may not
+approve a call in her own conversation)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def text(response: Any) -> str:
     return str(response.content.decode())
 
 
-# --- part 4: two messages, two readers -------------------------------------------------------
+# --- two messages, two readers ---------------------------------------------------------------
 
 
 def wire_agent() -> tuple[Agent[Any], ScriptedModel]:
@@ -141,7 +142,7 @@ def test_the_decision_form_offers_both_boxes_labelled_for_their_readers(client: 
     assert "reviewers only" in page and "never sent to the agent" in page
 
 
-# --- part 7: separation of duties ------------------------------------------------------------
+# --- separation of duties --------------------------------------------------------------------
 
 
 def test_a_reviewer_cannot_approve_a_call_in_her_own_conversation(client: Client) -> None:

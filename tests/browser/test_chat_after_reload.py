@@ -1,5 +1,6 @@
-"""Issue 13, part 5, in a real Chromium against real daphne servers: the chat page tells the
-truth after reloads and resumes, and so does the request page."""
+"""The chat page after reloads and resumes, in a real Chromium against real daphne servers: it
+shows what is so (what has streamed, who answers, what a call waits for, a rating), whatever
+order its re-reads and pushes land in; and so does the request page."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bulk with care (issue 15, part 5) in a real Chromium, against a real daphne server: the
+"""Bulk decisions in the inbox, in a real Chromium, against a real daphne server: the
 confirmation lists exactly the selected rows, and cancelling it executes nothing."""
 
 from __future__ import annotations

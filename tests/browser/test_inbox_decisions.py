@@ -1,6 +1,7 @@
-"""The reviewer's workbench (issue 15) in a real Chromium, against a real daphne server: a row
-that explains its call, a reviewer's own request that needs another reviewer, and an edit of a
-call's arguments before approving it."""
+"""Deciding in the inbox, in a real Chromium against a real daphne server: a row that explains
+its call, a reviewer's own request that needs another reviewer, deciding with the keyboard
+alone, a new request announced in the live region, and an edit of a call's arguments before
+approving it."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_a_row_explains_its_call_and_her_own_request_needs_another_reviewer(
     expect(mine.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
     expect(mine.get_by_role("button", name="Reject", exact=True)).to_be_enabled()
     expect(mine.locator(".fact-warning")).to_contain_text("999: not in this user's account")
-    page.screenshot(path="/tmp/r-workbench-inbox.png", full_page=True)
+    page.screenshot(path="/tmp/r-inbox-inbox.png", full_page=True)
 
     # Her own request's page says so too; she may reject it, with a note for reviewers.
     mine.get_by_role("link", name="Open").click()
@@ -68,7 +69,7 @@ def test_a_row_explains_its_call_and_her_own_request_needs_another_reviewer(
     expect(decision.get_by_role("button", name="Approve always (this run)")).to_be_disabled()
     page.get_by_label("Message to the agent").fill("Order 999 is not yours.")
     page.get_by_label("Internal note").fill("Testing my own account.")
-    page.screenshot(path="/tmp/r-workbench-request.png", full_page=True)
+    page.screenshot(path="/tmp/r-inbox-request.png", full_page=True)
     decision.get_by_role("button", name="Reject").click()
     expect(decision).to_contain_text("Rejected")
     expect(decision.locator(".decision-note")).to_have_text("Testing my own account.")
@@ -112,7 +113,7 @@ def test_keyboard_only_a_reviewer_approves_three_requests_in_a_row_and_rejects_o
         expect(focused).to_be_focused()
         page.keyboard.press("a")
         expect(page.locator(f"#request-{request.pk}")).to_contain_text("by rita")
-    page.screenshot(path="/tmp/r-workbench-keyboard.png", full_page=True)
+    page.screenshot(path="/tmp/r-inbox-keyboard.png", full_page=True)
 
     # After the last of alice's, focus went back to the one left: reject it with a message.
     expect(page.locator(f"#request-{last.pk} [data-row-focus]")).to_be_focused()
@@ -120,7 +121,7 @@ def test_keyboard_only_a_reviewer_approves_three_requests_in_a_row_and_rejects_o
     message = page.locator(f"#row-message-{last.pk}")
     expect(message).to_be_focused()
     page.keyboard.type("Order 58 is not cancellable today.")
-    page.screenshot(path="/tmp/r-workbench-reject.png", full_page=True)
+    page.screenshot(path="/tmp/r-inbox-reject.png", full_page=True)
     page.keyboard.press("Control+Enter")
     expect(page.locator(f"#request-{last.pk}")).to_contain_text("Rejected")
 
@@ -164,7 +165,7 @@ def test_a_reviewer_edits_the_arguments_then_approves_and_the_edited_call_runs(
     expect(order).to_be_visible()
     expect(order).to_have_value("42")
     order.fill("44")
-    page.screenshot(path="/tmp/e-workbench-edit.png", full_page=True)
+    page.screenshot(path="/tmp/e-inbox-edit.png", full_page=True)
     page.get_by_role("button", name="Approve with these arguments").click()
 
     decision = page.get_by_role("region", name="Decision")

@@ -1,4 +1,4 @@
-"""The reviewers' policy pages (issue 15, part 6) in a real Chromium, against the session's
+"""The reviewers' policy pages in a real Chromium, against the session's
 daphne server: a reviewer who may manage the rules writes "approve refunds ≤ 20" in the real
 form; a refund of 15 then never reaches her inbox, while a refund of 80 does, saying that no
 policy applies. Pauses are made in this process as in tests/browser/test_inbox.py."""

@@ -1,4 +1,4 @@
-"""Issue 12, part 5: the API key stays secret.
+"""The API key stays secret (`common/secrets.py` masks it wherever it could be written).
 
 A canary key is the OPENAI_API_KEY of real turns over the local provider, for both APIs: a
 tool call, an approval that pauses and resumes, and failing turns whose 401 echoes the key

@@ -161,8 +161,8 @@ def test_a_reviewer_reads_each_call_and_output_on_its_own_line() -> None:
     assert lines[5] == {"kind": "call", "text": "cancel_order(order_id=42)", "current": True}
 
 
-# Calls of the SDK's other tools, as its session stores them (issue 18: shell, apply_patch,
-# hosted MCP).
+# Calls of the SDK's other tools, as its session stores them (shell, apply_patch, hosted
+# MCP).
 OTHER_KINDS = [
     {"role": "user", "content": "tidy the build"},
     {

@@ -374,7 +374,7 @@ def test_undo_and_clear_wait_for_the_agent(
     undo = client_for_alice.post(f"/chats/{conversation.session_id}/undo/", follow=True)
     clear = client_for_alice.post(f"/chats/{conversation.session_id}/clear/", follow=True)
 
-    # Each refusal says what applies to its action (issue 13): to undo, withdraw first.
+    # Each refusal says what applies to its action: to undo, withdraw first.
     assert "be undone yet: withdraw the request first" in page_text(undo)
     assert "You can clear the conversation once the agent has finished." in page_text(clear)
     assert items_of(conversation) == before

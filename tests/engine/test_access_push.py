@@ -1,7 +1,7 @@
 """A push's check of its socket's session runs beside its render, never in front of it: the
 render starts at once, in the database's thread, and the frame waits for the check, in a hop
 thread (`engine.access`). So a process's inbox sockets, whose checks have aged together, do not
-queue their one shared render behind all their checks (issue 14's push benchmark)."""
+queue their one shared render behind all their checks."""
 
 from __future__ import annotations
 

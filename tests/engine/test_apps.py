@@ -37,7 +37,7 @@ def test_the_inprocess_executor_needs_no_shared_layer(settings: Any) -> None:
     assert check_shared_channel_layer() == []
 
 
-# --- the agents: issue 12, part 4 -----------------------------------------------------------
+# --- the agents, their entries and their model settings -------------------------------------
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Issue 11, item 13: each process that runs agents beats; a run names the process that owns
+"""Each process that runs agents beats (`engine/heartbeat.py`); a run names the process that owns
 it, and recovery fails it at once when that process is gone, not after the stuck-run
 timeout. A real server killed with -9 mid-run is the end-to-end case."""
 

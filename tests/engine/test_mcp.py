@@ -1,4 +1,4 @@
-"""Issue 18 part 1: an agent's MCP servers, started per run, their approvals in the inbox.
+"""An agent's MCP servers (`engine/mcp.py`), started per run, their approvals in the inbox.
 
 The servers are real: the demo's warehouse (`demo/warehouse.py`, the `mcp` package's server)
 over stdio, started by the run as a process of its own, and over streamable HTTP on

@@ -1,4 +1,4 @@
-"""The reviewer's workbench (issue 15), part 6: approval policies that outlast a run.
+"""Approval policies that outlast a run (`engine/policies.py`).
 
 Rules in the database decide a paused call without a person (approve, reject), or send it to
 one (ask); the first enabled rule that matches, by priority, decides. A decision by a rule is

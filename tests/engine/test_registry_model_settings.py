@@ -1,4 +1,5 @@
-"""Issue 12, part 4: an agent's own model and model settings, from its code or AGENTSITE_AGENTS.
+"""An agent's own model and model settings (`engine/registry.py`), from its code or
+AGENTSITE_AGENTS.
 
 An entry `{"agent": "dotted.path", "model": ..., "model_settings": {...}}` applies to the agent
 object itself, so the agent answers with them wherever it answers: registered, as a handoff

@@ -1,5 +1,5 @@
 """`manage.py run_worker` (engine/management/commands/run_worker.py): django-tasks-db's worker,
-running up to `--concurrency` tasks at once, the runs on one event loop (issue 14: a
+running up to `--concurrency` tasks at once, the runs on one event loop (where a
 `db_worker` runs one run at a time, model waits included).
 
 Overlap and the cap are read from the task rows themselves: each one's `started_at` (its

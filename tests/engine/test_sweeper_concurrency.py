@@ -1,4 +1,4 @@
-"""Issue 14, part 3: every process sweeps (expiry and recovery), so several sweep at once, and
+"""Every process sweeps (expiry and recovery), so several sweep at once, and
 nothing is done twice: each overdue request expires once (one decision row, one event, one
 resume), each run a dead process left is failed once or submitted again once, and what a
 live process owns is left alone. Sweeps race from several threads of this process and from

@@ -1,5 +1,5 @@
 """Overdue approvals expire on the web processes' timer, not on the job path: a job does not
-sweep before its run (it did, ~1 ms of CPU a turn, issue 14's CPU benchmark), and with runs in
+sweep before its run (that would cost each turn about 1 ms of CPU), and with runs in
 workers (AGENTSITE_EXECUTOR=tasks) a web process's loop still sweeps, so expiry happens when
 only web processes and workers run."""
 

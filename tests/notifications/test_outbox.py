@@ -1,4 +1,4 @@
-"""Issue 16, part 3: email notifications with one-click review. Rows are an outbox written in
+"""Email notifications with one-click review. Rows are an outbox written in
 the engine's own transactions and sent elsewhere through Django's email framework (the
 locmem backend in tests, a real SMTP connection where a failure is tested); each email's
 signed link only opens the request's page."""

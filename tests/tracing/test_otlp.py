@@ -1,4 +1,4 @@
-"""OpenTelemetry out (issue 17, part 7): `/traces/<id>.otlp.json` and the forwarding of spans to
+"""OpenTelemetry out (`tracing/otlp.py`): `/traces/<id>.otlp.json` and the forwarding of spans to
 an OTLP/HTTP endpoint, both checked by a local OTLP receiver that parses each request with
 OpenTelemetry's own protobuf schema, strictly (an unknown field is a 400)."""
 

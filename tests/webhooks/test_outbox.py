@@ -1,4 +1,4 @@
-"""Issue 16, part 2: signed webhooks. Deliveries are an outbox written in the engine's own
+"""Signed webhooks. Deliveries are an outbox written in the engine's own
 transactions and sent elsewhere; each test speaks to a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations

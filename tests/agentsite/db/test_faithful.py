@@ -1,4 +1,4 @@
-"""Issue 18 part 6: text PostgreSQL's jsonb cannot hold (`\\u0000`, a lone surrogate) is stored
+"""Text PostgreSQL's jsonb cannot hold (`\\u0000`, a lone surrogate) is stored
 faithfully on both databases — session items, a paused run's saved state, an approval's
 arguments — and reads back as the SDK's SQLiteSession returns it; NaN / Infinity are refused
 with a clear error naming the item, never a lost turn."""

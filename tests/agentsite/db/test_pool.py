@@ -1,4 +1,4 @@
-"""Database connections stay within a budget under load (issue 11, item 17).
+"""Database connections stay within a budget under load (`agentsite/db/pool.py`).
 
 A throwaway PostgreSQL server whose `max_connections` is the budget, a real web process
 (daphne, the tasks executor, Redis) and two real `manage.py run_worker` processes (each runs
@@ -8,9 +8,9 @@ model's reply. Every process pools its connections
 (`DATABASE_POOL_MAX_SIZE`), so the processes together never ask for more than the budget: no
 500, no "too many clients", every message stored, every run completed.
 
-The issue's load was 20 users × 30 messages on a 97-connection budget (a web process, two
-workers); this is the same shape at half the users and a few messages each, on a budget cut
-as the processes' pools are (see `BUDGET`).
+The full load is 20 users × 30 messages on a 97-connection budget (a web process, two
+workers); this test runs the same shape at half the users and a few messages each, on a
+budget cut as the processes' pools are (see `BUDGET`).
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ async def test_pop_returns_the_decrypted_newest_item(encryption_key: str) -> Non
 async def test_an_unreadable_item_raises_what_the_sdks_encrypted_session_raises(
     encryption_key: str, tmp_path: Any
 ) -> None:
-    """Issue 18 part 7: code written for the SDK's EncryptedSession catches `InvalidToken`
+    """Code written for the SDK's EncryptedSession catches `InvalidToken`
     when the newest item cannot be decrypted; ours raises a subclass of it, and both leave
     the item in place."""
     from agents import SQLiteSession

@@ -2,8 +2,8 @@
 
 Exactly one decision per request wins; every loser is told who won ("Already approved by
 ..."); nothing fails and nothing is logged. On PostgreSQL these are real row locks and its
-deadlock detector (a decision used to lock its run FOR UPDATE, which the exporter's check of
-the trace's foreign key to that run waits for, while the decision waited for the trace row
+deadlock detector (a decision that locked its run FOR UPDATE would hold off the exporter's
+check of the trace's foreign key to that run, while the decision waited for the trace row
 the exporter held: "deadlock detected", a 500 for a loser, a trace write lost); on SQLite the
 backend queues the writers. Each thread has its own connection.
 """

@@ -1,4 +1,4 @@
-"""The reviewer's workbench (issue 15), part 3: answer as the tool. The reviewer skips the call
+"""Answer as the tool, a decision's action (`engine/runs/decisions.py`). The reviewer skips the call
 and writes its result; the tool never runs and the model reads exactly that text as the call's
 output; the audit, the history, the request page, the chat and the trace say so."""
 

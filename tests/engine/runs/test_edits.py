@@ -1,4 +1,4 @@
-"""The reviewer's workbench (issue 15), part 2: edit, then approve. A form generated from the
+"""Edit, then approve (`engine/runs/edits.py`). A form generated from the
 tool's JSON schema, prefilled with the model's arguments and checked against the schema; the
 tool runs once with the edited arguments; the session, the trace and the audit show them; and
 the signature, argument-hash and exactly-once checks hold for edited calls."""

@@ -1,5 +1,5 @@
-"""Issue 16, part 4: what happens when nobody decides in time, per tool (`registry.review`) and
-per approval policy rule: reject (as before), escalate (a second group is told, the request
+"""What happens when nobody decides in time (`engine/runs/expiry.py`), per tool
+(`registry.review`) and per approval policy rule: reject, escalate (a second group is told, the request
 waits once more, then it is rejected), or approve (only where the tool's author allows it).
 A reminder goes out once before the deadline. Time moves by setting `expires_at` in the past,
 as the sweep's other tests do."""

@@ -1,4 +1,4 @@
-"""Issue 11, item 22: a database outage at a run's end. The final write is retried with
+"""A database outage at a run's end (`engine/runs/final.py`). The final write is retried with
 backoff; if it still cannot be written, the run fails at its process's next heartbeat
 instead of staying "running" (and its conversation busy) for good."""
 

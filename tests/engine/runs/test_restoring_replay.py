@@ -1,5 +1,5 @@
-"""A saved state runs at most once: not after its run ended unfinished (issue 11, item 12),
-and not from a copy written back after it was consumed (item 11)."""
+"""A saved state runs at most once: not after its run ended unfinished, not from a copy written
+back after it was consumed, not in another run or pause than its own."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_a_state_saved_before_pauses_were_bound_resumes_once_only(
     paused_run: AgentRun, submitted: list
 ) -> None:
     run = paused_run
-    # As a run paused before this change saved it: no binding inside the signed state.
+    # As a run paused before states were bound saved it: no binding inside the signed state.
     legacy = {k: v for k, v in run.state.items() if k != runs.STATE_BINDING}
     AgentRun.objects.filter(pk=run.pk).update(state=legacy, state_signature=runs.sign_state(legacy))
     copy = {"state": legacy, "state_signature": runs.sign_state(legacy)}

@@ -1,4 +1,5 @@
-"""Issue 13, part 2: the conversation continues with the agent that answered.
+"""The conversation continues with the agent that answered (`engine/runs/starting.py`, the rules
+on `Conversation`).
 
 Each turn starts with the agent that answered the turn before (`result.last_agent`, stored
 on the conversation as a registry name: "scripted/Billing" after a handoff to Billing); a
