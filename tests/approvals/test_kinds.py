@@ -1,7 +1,7 @@
-"""The reviewers' half of each kind of call (`approvals/kinds.py`): each kind of tool a paused call can be for (a function, a
-local or hosted MCP server's tool, a shell command, a file patch) is shown readably wherever a
-request is, offers only the controls the engine takes for it, and is decided through the
-views and the API like any other."""
+"""The reviewers' half of each kind of call (`approvals/kinds.py`): each kind of tool a paused
+call can be for (a function, a local or hosted MCP server's tool, a shell command, a file patch)
+is shown readably wherever a request is, offers only the controls the engine takes for it, and
+is decided through the views and the API like any other."""
 
 from __future__ import annotations
 

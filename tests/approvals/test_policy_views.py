@@ -1,7 +1,7 @@
-"""The reviewers' policy pages (`approvals/policy_views.py`): approval policies managed by reviewers who
-hold `approvals.manage_approvalpolicy`, in the inbox's look. Every change is a POST, recorded
-as an admin LogEntry; what a person wrote is escaped; the list reads a bounded number of
-queries however many rules there are."""
+"""The reviewers' policy pages (`approvals/policy_views.py`): approval policies managed by
+reviewers who hold `approvals.manage_approvalpolicy`, in the inbox's look. Every change is a
+POST, recorded as an admin LogEntry; what a person wrote is escaped; the list reads a bounded
+number of queries however many rules there are."""
 
 from __future__ import annotations
 

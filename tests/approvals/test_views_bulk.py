@@ -1,8 +1,8 @@
-"""Bulk decisions in the inbox (`approvals/views.py`), through the Django test client: a bulk decision is two
-POSTs. The first answers with a confirmation that lists, from the database, exactly the
-selected requests (tool, arguments, risk) and decides nothing; only the second, carrying the
-same ids and hashes and the confirmation's token, decides. Whatever changed in between is
-reported per row."""
+"""Bulk decisions in the inbox (`approvals/views.py`), through the Django test client: a bulk
+decision is two POSTs. The first answers with a confirmation that lists, from the database,
+exactly the selected requests (tool, arguments, risk) and decides nothing; only the second,
+carrying the same ids and hashes and the confirmation's token, decides. Whatever changed in
+between is reported per row."""
 
 from __future__ import annotations
 

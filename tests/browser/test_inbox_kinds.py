@@ -1,9 +1,9 @@
-"""Each kind of call in a real Chromium: rita's inbox with a shell command, a file patch and a hosted
-MCP server's call to decide. She reads each (the commands as a code block, the patch as a
-diff, the server beside the tool), rejects the shell command and approves the patch, at
-desktop and phone width. With AGENTSITE_SCREENSHOTS=1 (tests/live.py) the README's pictures
-are written to docs/screenshots (inbox-kinds.png, inbox-patch.png, inbox-patch-phone.png);
-the others always go to the test's temporary folder."""
+"""Each kind of call in a real Chromium: rita's inbox with a shell command, a file patch and a
+hosted MCP server's call to decide. She reads each (the commands as a code block, the patch as a
+diff, the server beside the tool), rejects the shell command and approves the patch, at desktop
+and phone width. With AGENTSITE_SCREENSHOTS=1 (tests/live.py) the README's pictures are written
+to docs/screenshots (inbox-kinds.png, inbox-patch.png, inbox-patch-phone.png); the others always
+go to the test's temporary folder."""
 
 from __future__ import annotations
 

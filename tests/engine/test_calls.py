@@ -1,6 +1,6 @@
 """Every kind of call through the engine (`engine/calls.py`): hosted MCP approvals, shell
-commands and file patches pause into approval requests like function tools, are decided by our rows, and
-resume through the SDK exactly once (each job on an event loop of its own)."""
+commands and file patches pause into approval requests like function tools, are decided by our
+rows, and resume through the SDK exactly once (each job on an event loop of its own)."""
 
 from __future__ import annotations
 

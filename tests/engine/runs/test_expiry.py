@@ -1,8 +1,8 @@
 """What happens when nobody decides in time (`engine/runs/expiry.py`), per tool
-(`registry.review`) and per approval policy rule: reject, escalate (a second group is told, the request
-waits once more, then it is rejected), or approve (only where the tool's author allows it).
-A reminder goes out once before the deadline. Time moves by setting `expires_at` in the past,
-as the sweep's other tests do."""
+(`registry.review`) and per approval policy rule: reject, escalate (a second group is told, the
+request waits once more, then it is rejected), or approve (only where the tool's author allows
+it). A reminder goes out once before the deadline. Time moves by setting `expires_at` in the
+past, as the sweep's other tests do."""
 
 from __future__ import annotations
 
