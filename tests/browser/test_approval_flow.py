@@ -17,8 +17,7 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalRequest
 from demo.models import Order
 from demo.seed import seed_orders
-from tests.browser import log_in
-from tests.browser.test_inbox import pause
+from tests.browser import log_in, pause
 from tests.factories import make_user
 from tests.live import free_port, start_site, stop_site
 from tests.live import test_database_url as current_database_url

@@ -15,8 +15,16 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalRequest
 from conversations.models import Conversation, SessionItem
 from engine import executor, runs
-from tests.browser import log_in
-from tests.factories import make_user
+from tests.browser import (
+    WAITING,
+    WATCH_STREAM,
+    log_in,
+    open_new_chat,
+    say,
+    still_same_document,
+    wait_until_live,
+)
+from tests.factories import PASSWORD, make_user
 
 pytestmark = [
     pytest.mark.browser,
@@ -24,54 +32,6 @@ pytestmark = [
     # alice is the demo customer who owns orders 42, 44 and 46.
     pytest.mark.usefixtures("orders"),
 ]
-
-PASSWORD = "alice-pass-123"
-WAITING = "A person will confirm: cancel an order that has not been delivered yet (order 42)"
-
-# Records every length the streaming text of a run takes, on a node the re-syncs never replace.
-WATCH_STREAM = """() => {
-  window.__streamLengths = [];
-  new MutationObserver(() => {
-    document.querySelectorAll(".stream").forEach((el) => {
-      const n = el.textContent.length;
-      const seen = window.__streamLengths;
-      if (n && seen[seen.length - 1] !== n) seen.push(n);
-    });
-  }).observe(document.querySelector(".chat-column"), {
-    childList: true, subtree: true, characterData: true,
-  });
-}"""
-
-
-def open_new_chat(page: Any, live_site: Any) -> str:
-    """Log in, start a conversation from the list, and wait until its updates are live."""
-    log_in(page, live_site, "alice", PASSWORD, then="/chats/")
-    page.get_by_role("button", name="New conversation").click()
-    page.wait_for_url(re.compile(r"/chats/conv_[\w-]+/$"))
-    wait_until_live(page)
-    # Anything that reloads the page would drop this marker.
-    page.evaluate("window.__sameDocument = true")
-    return page.url
-
-
-def wait_until_live(page: Any) -> None:
-    """The socket is open and the re-sync it started has landed.
-
-    A message sent in the same instant as the page's first re-sync could see that (older)
-    list land on top of the run's first pushes; no person types that fast, a test does.
-    """
-    expect(page.locator("[data-live-status]")).to_have_text("Live")
-    expect(page.locator("#messages.htmx-request")).to_have_count(0)
-
-
-def say(page: Any, text: str) -> None:
-    box = page.get_by_label("Message")
-    box.fill(text)
-    box.press("Enter")
-
-
-def still_same_document(page: Any) -> bool:
-    return bool(page.evaluate("window.__sameDocument === true"))
 
 
 def test_the_reply_streams_in_and_a_paused_call_shows_live(

@@ -17,8 +17,14 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
 from engine import executor, runs
-from tests.browser import in_thread, log_in
-from tests.browser.test_chat import WAITING, say, still_same_document, wait_until_live
+from tests.browser import (
+    WAITING,
+    in_thread,
+    log_in,
+    open_new_chat,
+    say,
+    still_same_document,
+)
 from tests.factories import PASSWORD, make_conversation, make_reviewer
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
@@ -53,14 +59,6 @@ def slow_site(django_db_blocker: Any, live_site: Any, tmp_path: Path) -> Iterato
     site = start_site(database_url, tmp_path / "slow.log", {"AGENTSITE_DEMO_STREAM_DELAY": "0.15"})
     yield site
     stop_site(site)
-
-
-def open_new_chat(page: Any, site: Any) -> None:
-    log_in(page, site, "alice", PASSWORD, then="/chats/")
-    page.get_by_role("button", name="New conversation").click()
-    page.wait_for_url(re.compile(r"/chats/conv_[\w-]+/$"))
-    wait_until_live(page)
-    page.evaluate("window.__sameDocument = true")
 
 
 def flat(text: str) -> str:

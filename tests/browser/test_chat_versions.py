@@ -14,8 +14,7 @@ from playwright.sync_api import expect
 
 from conversations.models import Conversation
 from engine.models import AgentRun
-from tests.browser import log_in
-from tests.browser.test_chat import PASSWORD, say, wait_until_live
+from tests.browser import PASSWORD, log_in, say, wait_until_live
 
 pytestmark = [
     pytest.mark.browser,

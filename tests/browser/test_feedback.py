@@ -13,9 +13,8 @@ from playwright.sync_api import expect
 
 from conversations.models import Conversation
 from engine.models import AgentRun
-from tests.browser import log_in
-from tests.browser.test_chat import open_new_chat, say
-from tests.factories import VIEWER, make_user
+from tests.browser import log_in, open_new_chat, say
+from tests.factories import PASSWORD, VIEWER, make_user
 from tracing.models import Feedback
 
 pytestmark = [
@@ -25,7 +24,6 @@ pytestmark = [
     pytest.mark.usefixtures("orders"),
 ]
 
-PASSWORD = "alice-pass-123"
 SHOTS = "/tmp/sessions-{}.png"
 # Every screenshot with caret="initial": Playwright's default hides the caret with an inline
 # style on the focused box, which the site's policy refuses (tests/browser/test_login.py).

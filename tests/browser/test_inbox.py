@@ -10,7 +10,6 @@ executes and pauses in the server.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from pathlib import Path
@@ -25,8 +24,15 @@ from demo.models import Order
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests.approvals.test_views import XSS
-from tests.browser import in_thread, log_in
-from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
+from tests.browser import in_thread, log_in, open_inbox, pause, wait_for_run
+from tests.factories import (
+    PASSWORD,
+    make_conversation,
+    make_request,
+    make_reviewer,
+    make_run,
+    make_user,
+)
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
 
@@ -36,30 +42,6 @@ pytestmark = [
     # The demo shop's orders, and runs started here that pause without running on.
     pytest.mark.usefixtures("orders", "submitted"),
 ]
-
-PASSWORD = "pass-for-tests"
-
-
-def pause(text: str, owner: Any) -> ApprovalRequest:
-    """Run the demo agent on `text` until it asks for approval; its one request."""
-
-    def work() -> int:
-        conversation = make_conversation(owner=owner, agent_name="support", title=text)
-        run = runs.start_run(conversation, text, owner)
-        asyncio.run(runs.execute(run.pk))
-        return run.pk
-
-    return ApprovalRequest.objects.get(run_id=in_thread(work))
-
-
-def wait_for_run(run_id: int, status: str, within: float = 15) -> AgentRun:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        run = AgentRun.objects.get(pk=run_id)
-        if run.status == status:
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} is {run.status}, not {status}: {run.error}")
 
 
 @pytest.fixture
@@ -74,14 +56,6 @@ def sweeping_site(django_db_blocker: Any, live_site: Any, tmp_path_factory: Any)
     )
     yield site
     stop_site(site)
-
-
-def open_inbox(page: Any, live_site: Any, username: str, then: str = "/inbox/") -> None:
-    log_in(page, live_site, username, PASSWORD, then=then)
-    expect(page.locator("[data-live-status]")).to_have_text("Live")
-    # Connecting re-reads the pending list (live.js); a box ticked before the list lands would
-    # be replaced by an unticked one.
-    expect(page.locator("#pending-rows.htmx-request")).to_have_count(0)
 
 
 def test_an_approval_leaves_both_reviewers_inboxes_at_once(

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from approvals.models import ApprovalDecision, ApprovalRequest
-from tests.browser.test_inbox import (
+from tests.browser import (
     PASSWORD,
     open_inbox,
     pause,

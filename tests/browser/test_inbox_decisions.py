@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalDecision, ApprovalStatus, DecisionKind
 from demo.models import Order
 from engine.models import RunStatus
-from tests.browser.test_inbox import (
+from tests.browser import (
     PASSWORD,
     open_inbox,
     pause,

@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalRequest, ApprovalStatus, ToolKind
 from conversations.models import SessionItem
 from tests.approvals.test_views import XSS
-from tests.browser.test_inbox import open_inbox
+from tests.browser import open_inbox
 from tests.factories import make_request, make_reviewer, make_run, make_user
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url

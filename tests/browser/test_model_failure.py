@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 from engine import model_errors
 from engine.models import AgentRun, RunStatus
-from tests.browser.test_chat import open_new_chat, say
+from tests.browser import open_new_chat, say
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
 from tests.provider import LocalProvider, fail, text, use_local_provider

@@ -18,9 +18,9 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalDecision, ApprovalPolicy, ApprovalStatus
 from demo.models import Order
 from engine.permissions import MANAGE_POLICIES_PERMISSION
-from tests.browser import log_in
-from tests.browser.test_inbox import (
+from tests.browser import (
     PASSWORD,
+    log_in,
     open_inbox,
     pause,
 )

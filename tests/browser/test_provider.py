@@ -14,8 +14,7 @@ from playwright.sync_api import expect
 
 from demo.models import Order
 from demo.seed import seed_orders
-from tests.browser import log_in
-from tests.browser.test_chat import WATCH_STREAM, say, still_same_document, wait_until_live
+from tests.browser import WATCH_STREAM, log_in, say, still_same_document, wait_until_live
 from tests.factories import make_reviewer, make_user
 from tests.live import LiveSite, start_site, stop_site
 from tests.live import test_database_url as current_database_url

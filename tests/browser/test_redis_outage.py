@@ -13,8 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from demo.seed import seed_orders
-from tests.browser import log_in
-from tests.browser.test_chat import say, wait_until_live
+from tests.browser import log_in, say, wait_until_live
 from tests.factories import make_user
 from tests.live import LiveSite, start_site, stop_site
 from tests.live import test_database_url as live_database_url

@@ -13,8 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from demo.seed import seed_orders
-from tests.browser import log_in
-from tests.browser.test_chat import PASSWORD, say, wait_until_live
+from tests.browser import PASSWORD, log_in, say, wait_until_live
 from tests.factories import make_user
 from tracing.models import Trace
 

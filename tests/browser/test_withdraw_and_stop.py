@@ -19,9 +19,8 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalRequest, ApprovalStatus
 from demo.models import OrderEvent
 from engine.models import AgentRun, RunStatus
-from tests.browser import log_in
-from tests.browser.test_chat import open_new_chat, say
-from tests.factories import make_reviewer
+from tests.browser import log_in, open_new_chat, say
+from tests.factories import PASSWORD, make_reviewer
 from tests.live import start_site, stop_site
 from tests.live import test_database_url as current_database_url
 
@@ -31,9 +30,6 @@ pytestmark = [
     # alice is the demo customer who owns orders 42, 44 and 46.
     pytest.mark.usefixtures("orders"),
 ]
-
-PASSWORD = "alice-pass-123"
-REVIEWER_PASSWORD = "pass-for-tests"
 
 
 @pytest.fixture
@@ -63,7 +59,7 @@ def wait_for_run(**lookup: Any) -> AgentRun:
 def test_a_withdrawn_request_leaves_the_open_inbox_and_the_agent_answers(
     live_site: Any, page: Any, browser: Any, alice: Any, screenshots: Path
 ) -> None:
-    make_reviewer("rita", REVIEWER_PASSWORD)
+    make_reviewer("rita", PASSWORD)
     open_new_chat(page, live_site)
     say(page, "cancel order 42")
     waiting = page.locator(".run-waiting")
@@ -74,7 +70,7 @@ def test_a_withdrawn_request_leaves_the_open_inbox_and_the_agent_answers(
     other = browser.new_context(viewport={"width": 1280, "height": 860})
     ritas = other.new_page()
     ritas.set_default_timeout(10_000)
-    log_in(ritas, live_site, "rita", REVIEWER_PASSWORD, then="/inbox/")
+    log_in(ritas, live_site, "rita", PASSWORD, then="/inbox/")
     expect(ritas.locator("[data-live-status]")).to_have_text("Live")
     expect(ritas.locator("#pending-rows.htmx-request")).to_have_count(0)
     row = ritas.locator(f"#request-{request.pk}")

@@ -1,6 +1,7 @@
 """The conversation's actions (`conversations/actions.py`) and the rules on `Conversation` they
 use: what each action does, and each refusal with its data and its sentence. The pages and the
-API around them are tested in test_chat*.py and test_api.py."""
+API around them are tested in tests/conversations/test_views*.py and
+tests/api/test_endpoints.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The chat pages through the Django test client: the list, sending, history, undo, clear,
-rename, and who may see what. Runs are driven by the test, as in test_runs.py."""
+rename, and who may see what. Runs are driven by the test, as in
+tests/engine/runs/test_driving.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The whole product over HTTP, on the local provider (tests/provider.py), for Chat Completions
 and for the Responses API: the chat page's POST starts the run, the in-process executor runs it,
-the real openai client streams it from 127.0.0.1. (The browser walk: test_browser_provider.py.)"""
+the real openai client streams it from 127.0.0.1. (The browser walk:
+tests/browser/test_provider.py.)"""
 
 from __future__ import annotations
 
