@@ -385,12 +385,9 @@ def paused_wire(settings: Any) -> tuple[AgentRun, ApprovalRequest]:
             [assistant_message("Done.", item_id="msg_a1")],
         ]
     )
-    name = scripted.install(settings, Agent(name="Wire", model=model, tools=[scripted.wire_money]))
-    alice = make_user(username="alice")
-    conversation = make_conversation(owner=alice, agent_name=name)
-    run = runs.start_run(conversation, "send 80 to acme", alice)
-    asyncio.run(runs.execute(run.pk))
-    return run, AgentRun.objects.get(pk=run.pk).approval_requests.get()
+    agent = Agent(name="Wire", model=model, tools=[scripted.wire_money])
+    run = scripted.executed(scripted.start(settings, agent, "send 80 to acme"))
+    return run, run.approval_requests.get()
 
 
 @pytest.mark.django_db(transaction=True)

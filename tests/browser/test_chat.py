@@ -69,7 +69,7 @@ def test_the_reply_streams_in_and_a_paused_call_shows_live(
     request = ApprovalRequest.objects.get(tool_name="cancel_order")
     # In a plain thread: Playwright keeps an event loop in this one, where async_to_sync
     # (the run engine publishes with it) refuses to run.
-    decider = threading.Thread(target=runs.decide, args=(request, rita, True))
+    decider = threading.Thread(target=runs.decide, args=(request, rita, runs.Decision.approve()))
     decider.start()
     decider.join()
     assert executor.inprocess().wait_idle(timeout=20)

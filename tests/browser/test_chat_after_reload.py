@@ -129,7 +129,9 @@ def test_the_waiting_error_clears_when_the_run_resumes(
 
     request = ApprovalRequest.objects.get(tool_name="cancel_order")
     # Decided in this process: the waiting page finds out by re-reading the database.
-    decider = threading.Thread(target=runs.decide, args=(request, make_reviewer(), True))
+    decider = threading.Thread(
+        target=runs.decide, args=(request, make_reviewer(), runs.Decision.approve())
+    )
     decider.start()
     decider.join()
     assert executor.inprocess().wait_idle(timeout=20)

@@ -71,11 +71,7 @@ def paused(settings: Any, *calls: dict[str, Any], tools: list[Any] | None = None
         ]
     )
     agent = Agent(name="Wire", model=model, tools=tools or [scripted.wire_money])
-    name = scripted.install(settings, agent)
-    conversation = make_conversation(owner=make_user(username="alice"), agent_name=name)
-    run = runs.start_run(conversation, "send money", conversation.owner)
-    asyncio.run(runs.execute(run.pk))
-    return AgentRun.objects.get(pk=run.pk)
+    return scripted.executed(scripted.start(settings, agent, "send money"))
 
 
 # --- through the engine -------------------------------------------------------------------------

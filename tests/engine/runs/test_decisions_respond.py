@@ -19,7 +19,7 @@ from conversations.session import DjangoSession
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import make_reviewer, make_user
 from tracing.models import Span
 
 pytestmark = [
@@ -44,13 +44,9 @@ def paused_wire(settings: Any, owner: Any = None) -> tuple[AgentRun, ApprovalReq
             [assistant_message(REPLY, item_id="msg_r1")],
         ]
     )
-    name = scripted.install(settings, Agent(name="Wire", model=model, tools=[scripted.wire_money]))
-    owner = owner or make_user(username="alice")
-    conversation = make_conversation(owner=owner, agent_name=name)
-    run = runs.start_run(conversation, "send 80 to acme", owner)
-    asyncio.run(runs.execute(run.pk))
-    request = AgentRun.objects.get(pk=run.pk).approval_requests.get()
-    return run, request, model
+    agent = Agent(name="Wire", model=model, tools=[scripted.wire_money])
+    run = scripted.executed(scripted.start(settings, agent, "send 80 to acme", owner))
+    return run, run.approval_requests.get(), model
 
 
 def respond(client: Client, request: ApprovalRequest, answer: str, **headers: Any) -> Any:

@@ -27,7 +27,7 @@ from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.approvals.test_consumers import open_socket
 from tests.engine.runs.test_decisions_race import race
-from tests.factories import make_conversation, make_reviewer, make_user, session_items
+from tests.factories import make_reviewer, make_user, session_items
 from tracing import recording
 from tracing.models import Span
 
@@ -59,11 +59,7 @@ def deleting_agent() -> tuple[Agent[Any], str]:
 
 def paused_for(owner: Any, settings: Any) -> tuple[AgentRun, ApprovalRequest]:
     agent, _ = deleting_agent()
-    name = scripted.install(settings, agent)
-    conversation = make_conversation(owner=owner, agent_name=name)
-    run = runs.start_run(conversation, "delete acme", owner)
-    asyncio.run(runs.execute(run.pk))
-    run.refresh_from_db()
+    run = scripted.executed(scripted.start(settings, agent, "delete acme", owner))
     assert run.status == RunStatus.WAITING, run.error
     return run, run.approval_requests.get()
 

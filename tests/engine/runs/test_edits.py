@@ -29,7 +29,7 @@ from conversations.session import DjangoSession
 from engine import registry, runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
-from tests.factories import make_conversation, make_reviewer, make_user
+from tests.factories import make_reviewer, make_user
 from tracing.models import Span
 
 pytestmark = [
@@ -62,13 +62,9 @@ def paused(
             [assistant_message("Sent.", item_id="msg_e1")],
         ]
     )
-    name = scripted.install(settings, Agent(name="Wire", model=model, tools=[tool]))
-    owner = owner or make_user(username="alice")
-    conversation = make_conversation(owner=owner, agent_name=name)
-    run = runs.start_run(conversation, "send 80 to acme", owner)
-    asyncio.run(runs.execute(run.pk))
-    request = AgentRun.objects.get(pk=run.pk).approval_requests.get()
-    return run, request, model
+    agent = Agent(name="Wire", model=model, tools=[tool])
+    run = scripted.executed(scripted.start(settings, agent, "send 80 to acme", owner))
+    return run, run.approval_requests.get(), model
 
 
 def post_edit(client: Client, request: ApprovalRequest, **arguments: Any) -> Any:

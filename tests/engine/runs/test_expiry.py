@@ -36,7 +36,7 @@ from engine import events, registry, runs, signals
 from engine.models import AgentRun, RunStatus
 from engine.runs import decisions
 from tests import scripted
-from tests.factories import make_conversation, make_request, make_reviewer, make_user
+from tests.factories import make_request, make_reviewer
 from webhooks import outbox
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 
@@ -93,12 +93,8 @@ def paused(settings: Any, tool: Any) -> Paused:
             [assistant_message(REPLY, item_id="msg_1")],
         ]
     )
-    name = scripted.install(settings, Agent(name="Wire", model=model, tools=[tool]))
-    alice = make_user(username="alice")
-    conversation = make_conversation(owner=alice, agent_name=name)
-    run = runs.start_run(conversation, "send money", alice)
-    asyncio.run(runs.execute(run.pk))
-    run = AgentRun.objects.get(pk=run.pk)
+    agent = Agent(name="Wire", model=model, tools=[tool])
+    run = scripted.executed(scripted.start(settings, agent, "send money"))
     assert run.status == RunStatus.WAITING
     return Paused(run, model)
 
