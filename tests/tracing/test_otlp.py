@@ -9,7 +9,6 @@ import base64
 import json
 import logging
 import re
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -47,6 +46,7 @@ from tests.factories import (
     make_user,
     make_viewer,
 )
+from tests.services import free_port
 from tracing import exporter as exporter_module
 from tracing import otlp
 from tracing.models import Span
@@ -150,13 +150,6 @@ def post(url: str, body: bytes) -> int:
             return int(answer.status)
     except urllib.error.HTTPError as refused:
         return refused.code
-
-
-def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (a connection is refused)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def attrs(span: OtlpSpan) -> dict[str, Any]:
@@ -553,7 +546,7 @@ def test_a_collector_that_is_down_or_fails_costs_the_run_nothing_and_is_logged(
     collector: str,
 ) -> None:
     if collector == "down":
-        settings.AGENTSITE_OTLP_ENDPOINT = f"http://127.0.0.1:{closed_port()}/v1/traces"
+        settings.AGENTSITE_OTLP_ENDPOINT = f"http://127.0.0.1:{free_port()}/v1/traces"
     else:
         settings.AGENTSITE_OTLP_ENDPOINT = receiver.url
         receiver.answer = [500]
@@ -614,7 +607,7 @@ def test_a_burst_of_failures_is_logged_once_and_retryable_answers_are_retried(
 
 
 def test_a_sender_never_raises_and_logs_no_credentials(caplog: pytest.LogCaptureFixture) -> None:
-    port = closed_port()
+    port = free_port()
     sender = otlp.Sender(f"http://user:s3cret@127.0.0.1:{port}/v1/traces?token=s3cret", retries=0)
     with caplog.at_level(logging.WARNING, logger="tracing.otlp"):
         assert sender.send({"resourceSpans": []}) is False

@@ -10,7 +10,6 @@ import http.server
 import json
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -83,15 +82,6 @@ def verified(secret: str, body: bytes, header: str) -> bool:
     expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
     fresh = abs(time.time() - int(parts["t"])) <= 300
     return fresh and hmac.compare_digest(expected, parts["v1"])
-
-
-def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    assert check()
 
 
 def statuses() -> list[str]:

@@ -25,7 +25,8 @@ from tests.factories import (
     pause_run,
     start_run,
 )
-from tests.webhooks import Receiver, eventually, make_endpoint, statuses, verified
+from tests.services import eventually
+from tests.webhooks import Receiver, make_endpoint, statuses, verified
 from webhooks import delivery, outbox
 from webhooks.models import (
     DeliveryStatus,
