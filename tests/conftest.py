@@ -256,11 +256,9 @@ def alice() -> Any:
 @pytest.fixture
 def client_for_alice(alice: Any) -> Client:
     """A test client signed in as alice."""
-    from django.test import Client
+    from tests.factories import client_of
 
-    client = Client()
-    client.force_login(alice)
-    return client
+    return client_of(alice)
 
 
 @pytest.fixture
@@ -304,11 +302,9 @@ def admin() -> Any:
 def admin_client(admin: Any) -> Client:
     """A test client of its own signed in as admin (in place of pytest-django's, whose admin
     the factories did not make)."""
-    from django.test import Client
+    from tests.factories import client_of
 
-    client = Client()
-    client.force_login(admin)
-    return client
+    return client_of(admin)
 
 
 @pytest.fixture

@@ -73,6 +73,15 @@ def grant(user: Any, *perms: str) -> Any:
     return type(user).objects.get(pk=user.pk)
 
 
+def client_of(user: Any) -> Any:
+    """A test client signed in as `user` (Django's own login: no form, no password)."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 def make_reviewer(username: str = "rita", password: str = PASSWORD) -> Any:
     """A user who may decide tool calls (the permission `is_reviewer` checks); an existing
     user of that name is made a reviewer instead."""

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.test import Client
 
 from approvals.models import ApprovalRequest
 from conversations.consumers import _render_run
@@ -20,6 +19,7 @@ from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests.approvals.test_consumers import open_socket
 from tests.factories import (
+    client_of,
     make_conversation,
     make_request,
     make_reviewer,
@@ -32,12 +32,6 @@ HTMX = {"HX-Request": "true"}
 CANCEL_42 = "cancel an order that has not been delivered yet (order 42)"
 
 
-def client_for(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 # --- what has streamed, across a reload -----------------------------------------------------
 
 
@@ -47,14 +41,14 @@ def test_the_page_shows_what_a_streaming_run_has_said_so_far(
     run = make_run(conversation=conversation, status=RunStatus.RUNNING, pause_count=0)
     AgentRun.objects.filter(pk=run.pk).update(streamed_text="Order 7 <is> shipp")
 
-    page = client_for(alice).get(f"/chats/{conversation.session_id}/").text
+    page = client_of(alice).get(f"/chats/{conversation.session_id}/").text
 
     assert (
         f'<span id="run-{run.pk}-text" class="stream" data-run="{run.pk}" data-segment="0" '
         'data-length="18">Order 7 &lt;is&gt; shipp</span>'
     ) in page
     AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.COMPLETED)
-    assert "Order 7" not in client_for(alice).get(f"/chats/{conversation.session_id}/").text
+    assert "Order 7" not in client_of(alice).get(f"/chats/{conversation.session_id}/").text
 
 
 # --- the header and the composer ------------------------------------------------------------
@@ -63,7 +57,7 @@ def test_the_page_shows_what_a_streaming_run_has_said_so_far(
 def test_the_first_message_s_push_titles_the_conversation(
     conversation: Conversation, alice: Any, submitted: list
 ) -> None:
-    assert "New conversation" in client_for(alice).get(f"/chats/{conversation.session_id}/").text
+    assert "New conversation" in client_of(alice).get(f"/chats/{conversation.session_id}/").text
     run = runs.start_run(conversation, "where is <order> 7", alice)
 
     pushed = _render_run(conversation.pk, run.pk, [], False)
@@ -80,7 +74,7 @@ def test_a_refusal_while_busy_says_what_it_waits_for(
     conversation: Conversation, alice: Any
 ) -> None:
     run = make_run(conversation=conversation, status=RunStatus.WAITING)
-    client = client_for(alice)
+    client = client_of(alice)
     url = f"/chats/{conversation.session_id}/messages/"
 
     waiting = client.post(url, {"text": "and refund it"}, headers=HTMX).text
@@ -106,11 +100,11 @@ def test_a_waiting_call_reads_plainly_and_operators_also_see_the_call(
     reviewers_own = make_conversation(owner=rita, agent_name="support")
     make_request(run=make_run(conversation=reviewers_own))
 
-    hers = client_for(alice).get(f"/chats/{conversation.session_id}/").text
+    hers = client_of(alice).get(f"/chats/{conversation.session_id}/").text
     assert f"A person will confirm: {CANCEL_42}</p>" in hers
     assert "cancel_order(order_id=42)" not in hers
 
-    operators = client_for(rita).get(f"/chats/{reviewers_own.session_id}/").text
+    operators = client_of(rita).get(f"/chats/{reviewers_own.session_id}/").text
     assert (
         f'A person will confirm: {CANCEL_42} <code class="call">cancel_order(order_id=42)</code>'
     ) in operators
@@ -156,7 +150,7 @@ async def test_the_request_page_stops_saying_waiting_for_you_once_decided() -> N
     rita = await sync_to_async(make_reviewer)()
     bob = await sync_to_async(make_reviewer)("bob")
     url = f"/inbox/{request.pk}/"
-    page = await sync_to_async(lambda: client_for(rita).get(url).text)()
+    page = await sync_to_async(lambda: client_of(rita).get(url).text)()
     state = f'<span id="call-state-{request.pk}" class="who-label"'
     assert f"{state}>waiting for you</span>" in page
     communicator, connected = await open_socket(
@@ -168,7 +162,7 @@ async def test_the_request_page_stops_saying_waiting_for_you_once_decided() -> N
 
     frame = await communicator.receive_from(timeout=2)
     assert f'{state} hx-swap-oob="true">rejected by bob</span>' in frame
-    page = await sync_to_async(lambda: client_for(rita).get(url).text)()
+    page = await sync_to_async(lambda: client_of(rita).get(url).text)()
     assert f"{state}>rejected by bob</span>" in page
     assert "waiting for you" not in page
     await communicator.disconnect()

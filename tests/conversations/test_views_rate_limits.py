@@ -7,23 +7,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from conversations.models import Conversation
 from engine import runs
 from engine.models import AgentRun, RunStatus
-from tests.factories import make_conversation, make_user
+from tests.factories import client_of, make_conversation, make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("submitted")]
 HTMX = {"HX-Request": "true"}
-
-
-def signed_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def finish_all(user: Any) -> None:
@@ -36,7 +29,7 @@ def test_it_refuses_the_message_past_the_limit_with_a_429_and_keeps_the_text(
 ) -> None:
     settings.AGENTSITE_MESSAGES_PER_MINUTE = 3
     alice = make_user()
-    client = signed_in(alice)
+    client = client_of(alice)
     for _ in range(3):
         conversation = make_conversation(owner=alice)
         url = reverse("chat_send", args=[conversation.session_id])
@@ -80,7 +73,7 @@ def test_no_limit_when_it_is_zero(settings: Any) -> None:
 def test_it_refuses_new_conversations_past_the_hourly_limit(settings: Any) -> None:
     settings.AGENTSITE_CONVERSATIONS_PER_HOUR = 2
     alice = make_user()
-    client = signed_in(alice)
+    client = client_of(alice)
     for _ in range(2):
         assert client.post(reverse("chat_new"), {}).status_code == 302
     response = client.post(reverse("chat_new"), {})

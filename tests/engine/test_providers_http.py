@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.test import Client
 from django.urls import reverse
 
 from agentsite.asgi import application
@@ -24,7 +23,7 @@ from demo.models import Order, OrderEvent
 from engine import executor, runs
 from engine.models import AgentRun, RunStatus
 from tests.conftest import Traces
-from tests.factories import make_reviewer
+from tests.factories import client_of, make_reviewer
 from tests.provider import (
     LocalProvider,
     Recorded,
@@ -44,15 +43,9 @@ pytestmark = [
 REPLY = "Order 42, the Burr coffee grinder, is placed and ships tomorrow."
 
 
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def send(conversation: Conversation, text: str) -> AgentRun:
     """What alice's chat page does: POST the message; the run starts after the view's commit."""
-    response = logged_in(conversation.owner).post(
+    response = client_of(conversation.owner).post(
         reverse("chat_send", args=[conversation.session_id]), {"text": text}
     )
     assert response.status_code == 302, response.content
@@ -150,7 +143,7 @@ def assert_model_calls_traced(
 
 
 def session_cookie(user: Any) -> tuple[bytes, bytes]:
-    return (b"cookie", f"sessionid={logged_in(user).cookies['sessionid'].value}".encode())
+    return (b"cookie", f"sessionid={client_of(user).cookies['sessionid'].value}".encode())
 
 
 @pytest.mark.usefixtures("quiet_server")
@@ -258,7 +251,7 @@ def test_an_approval_pauses_shows_in_the_inbox_and_resumes_with_the_tool_output(
         "call_cancel_42",
     )
     assert not OrderEvent.objects.exists(), "the tool ran before it was approved"
-    rita = logged_in(make_reviewer())
+    rita = client_of(make_reviewer())
     inbox = rita.get(reverse("inbox")).content.decode()
     assert f'id="request-{request.pk}"' in inbox and "cancel_order" in inbox
 
