@@ -1,4 +1,5 @@
-"""A server that is told to stop (SIGTERM) drains its runs: none is left "running"."""
+"""A server that is told to stop (SIGTERM, `agentsite/serve.py`) drains its runs: none is left
+"running"."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The access log of every server process the project starts keeps no query strings: they hold
-what people typed (a search for an email, a `next` URL)."""
+"""The access log of every server process the project starts (`agentsite/serve.py`) keeps no
+query strings: they hold what people typed (a search for an email, a `next` URL)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The engine's system checks."""
+"""The engine's system checks (`engine/apps.py`): the executor's channel layer, and every
+registered agent, its entry and what its code declares."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A Redis outage under a real daphne: stopped, the site keeps working from the database and
-its sockets say that live updates are paused; started again, new sockets are live at once,
-without restarting daphne."""
+"""A Redis outage under a real daphne (`engine/layer.py`, the consumers, publishing): stopped,
+the site keeps working from the database and its sockets say that live updates are paused;
+started again, new sockets are live at once, without restarting daphne."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The operator's pages share one row of tabs, each page marking its own."""
+"""The operator's pages share one row of tabs (`templates/tracing/_tabs.html`), each page
+marking its own."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""One trace's page for operators: a big trace opens with its top levels and loads the rest on
-demand, a live refresh keeps what the reader loaded, the generation panel reads as a
-conversation, and the summary says how the run went (outcome, time, cost, feedback)."""
+"""One trace's page for operators (`tracing/tree.py`, `tracing/trace_views.py`): a big trace
+opens with its top levels and loads the rest on demand, a live refresh keeps what the reader
+loaded, the generation panel reads as a conversation, and the summary says how the run went
+(outcome, time, cost, feedback)."""
 
 from __future__ import annotations
 
