@@ -11,8 +11,8 @@ nginx site `deploy/nginx/agentsite.conf.template`. What is the cluster's own: th
 host gets from its distribution or its cloud (PostgreSQL, Redis, nginx's main configuration),
 the environment below, and the demo users.
 
-The tests start the same clusters through `Cluster` (tests/cluster.py): every service is
-waited for until it answers, and one that does not fails with the end of its log.
+The tests start the same clusters through `Cluster` (tests/cluster/__init__.py): every service
+is waited for until it answers, and one that does not fails with the end of its log.
 """
 
 from __future__ import annotations

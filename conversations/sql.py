@@ -219,8 +219,8 @@ def _of_branch(
     # The branch is bounded from both sides rather than compared equal, and the order names
     # it: with an equality, PostgreSQL drops the branch from the order (it is fixed) and
     # then found walking the primary key newest-first, every conversation's items, as cheap
-    # as this index on a small table (seen in tests/test_session.py); a range keeps the
-    # branch in the order, which only this index gives without a sort.
+    # as this index on a small table (seen in tests/conversations/session/test_store.py); a
+    # range keeps the branch in the order, which only this index gives without a sort.
     the_branch = f"COALESCE(%s, (SELECT {current} FROM {conversations} WHERE {session_id} = %s))"
     return (
         f"{item_conversation} = (SELECT {conversation_id} FROM {conversations} "

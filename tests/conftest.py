@@ -12,7 +12,10 @@ from agents.tracing import TracingProcessor
 
 if TYPE_CHECKING:
     from agents.tracing.processors import BatchTraceProcessor
+    from django.test import Client
 
+    from conversations.models import Conversation
+    from engine.models import AgentRun
     from tracing.exporter import DatabaseExporter
 
 
@@ -21,18 +24,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "cluster: starts a cluster of its own (PostgreSQL, Redis, nginx, web and worker "
-        "processes: tests/cluster.py), so `make test` runs it once, in the SQLite pass",
+        "processes: tests/cluster/__init__.py), so `make test` runs it once, in the SQLite "
+        "pass",
     )
+
+
+# The folder of the tests that start a cluster of their own, as node ids begin.
+CLUSTER_TESTS = "tests/cluster/"
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`make test` spreads each pass over processes (pytest-xdist, `--dist loadscope`): a
     module's tests run together on one process, so its module-scoped fixtures (a browser, a
-    cluster) start once; and the modules whose name says cluster are one unit, run one after
-    the other on one process: their clusters' release steps all run collectstatic into the
-    one staticfiles/ folder, and a cluster is the heaviest thing the suite starts. (xdist's
-    own `loadgroup` marks no longer reach pytest 9's node ids.)"""
+    cluster) start once; and the modules of tests/cluster/ are one unit, run one after the
+    other on one process: their clusters' release steps all run collectstatic into the one
+    staticfiles/ folder, and a cluster is the heaviest thing the suite starts. (xdist's own
+    `loadgroup` marks no longer reach pytest 9's node ids.)"""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -40,7 +48,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return "cluster" if "cluster" in module.rsplit("/", 1)[-1] else module
+            return "cluster" if module.startswith(CLUSTER_TESTS) else module
 
     return ByModule(config, log)
 
@@ -230,6 +238,107 @@ def submitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     return calls
 
 
+# --- people and situations -------------------------------------------------------------------
+# Named once, made by tests/factories.py (the one place people and rows are made). A module
+# that needs someone else defines a fixture of its own name, or overrides one of these saying
+# how its person differs.
+
+
+@pytest.fixture
+def alice() -> Any:
+    """alice, an end user. With the `orders` fixture set up before her (a module's
+    `usefixtures("orders")` is), she is the demo customer who owns orders 42, 44 and 46."""
+    from tests.factories import make_user
+
+    return make_user(username="alice")
+
+
+@pytest.fixture
+def client_for_alice(alice: Any) -> Client:
+    """A test client signed in as alice."""
+    from tests.factories import client_of
+
+    return client_of(alice)
+
+
+@pytest.fixture
+def conversation(alice: Any) -> Conversation:
+    """alice's conversation with the demo's support desk, nothing said yet."""
+    from tests.factories import make_conversation
+
+    return make_conversation(owner=alice, agent_name="support")
+
+
+@pytest.fixture
+def rita(client: Client) -> Any:
+    """rita, a reviewer (she may decide tool calls), signed in on the test's `client`."""
+    from tests.factories import make_reviewer
+
+    reviewer = make_reviewer()
+    client.force_login(reviewer)
+    return reviewer
+
+
+@pytest.fixture
+def olga(client: Client) -> Any:
+    """olga, an operator who may read traces and is not staff, signed in on the test's
+    `client`."""
+    from tests.factories import make_viewer
+
+    operator = make_viewer()
+    client.force_login(operator)
+    return operator
+
+
+@pytest.fixture
+def admin() -> Any:
+    """admin, a superuser."""
+    from tests.factories import make_user
+
+    return make_user(username="admin", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def admin_client(admin: Any) -> Client:
+    """A test client of its own signed in as admin (in place of pytest-django's, whose admin
+    the factories did not make)."""
+    from tests.factories import client_of
+
+    return client_of(admin)
+
+
+@pytest.fixture
+def paused_run(orders: None, submitted: list[tuple[str, int]]) -> AgentRun:
+    """A paused call: alice asked the demo's support desk to "cancel order 42", and her run,
+    executed here, waits for a reviewer with its one pending request; jobs handed to the
+    executor are recorded, not run (`submitted`). Needs `django_db(transaction=True)`: the
+    demo's tools run in threads of their own."""
+    from tests.factories import pause_run
+
+    return pause_run("cancel order 42")
+
+
+@pytest.fixture
+def approved_run(orders: None, submitted: list[tuple[str, int]]) -> AgentRun:
+    """A decided request: that paused call, approved by rita through the engine; the run is
+    claimed for resume, its "resume" job recorded in `submitted`, not run. Needs what
+    `paused_run` needs."""
+    from tests.factories import pause_and_approve
+
+    return pause_and_approve("cancel order 42")
+
+
+@pytest.fixture
+def encryption_key(settings: Any) -> str:
+    """Sessions are encrypted at rest, with this new key (`AGENTSITE_SESSION_ENCRYPTION_KEY`),
+    and their items never expire."""
+    from cryptography.fernet import Fernet
+
+    settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
+    settings.AGENTSITE_SESSION_TTL = 0
+    return str(settings.AGENTSITE_SESSION_ENCRYPTION_KEY)
+
+
 @pytest.fixture
 def orders() -> None:
     """The demo's orders (7, 42, ...), which the demo agents' tools look up and change."""
@@ -249,6 +358,53 @@ def fresh_registry() -> Iterator[None]:
     scripted.EXECUTED.clear()
     yield
     registry.reset()
+
+
+@pytest.fixture
+def demo(orders: None, fresh_registry: None, submitted: list[tuple[str, int]]) -> None:
+    """The demo shop and its agents, imported anew; runs execute when the test says so (jobs
+    handed to the executor are recorded, not run)."""
+
+
+@pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Events the engine published, recorded (and published as before)."""
+    from engine import events
+
+    seen: list[Any] = []
+    publish = events.publish
+
+    async def record(batch: list[Any]) -> None:
+        seen.extend(batch)
+        await publish(batch)
+
+    monkeypatch.setattr("engine.events.publish", record)
+    return seen
+
+
+@pytest.fixture
+def quiet_server(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that runs the ASGI application: it binds the in-process executor to the test's
+    loop and starts the sweep there; neither outlives the test."""
+    from engine import serverloop
+
+    settings.AGENTSITE_SWEEP_SECONDS = 0
+    monkeypatch.setattr(serverloop, "_loop", None)
+
+
+@pytest.fixture
+def own_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The factories number traces and spans from one counter, and each new trace starts a
+    minute further back per number drawn: a test that makes thousands of spans would push
+    every later test's traces weeks back (the trace list's date filters count on them being
+    near T0). Such a test draws from a counter of its own, and leaves the shared one as it
+    was."""
+    import itertools
+
+    from tests import factories
+
+    start = next(factories._numbers)
+    monkeypatch.setattr(factories, "_numbers", itertools.count(start + 1))
 
 
 @pytest.fixture

@@ -73,6 +73,15 @@ def grant(user: Any, *perms: str) -> Any:
     return type(user).objects.get(pk=user.pk)
 
 
+def client_of(user: Any) -> Any:
+    """A test client signed in as `user` (Django's own login: no form, no password)."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 def make_reviewer(username: str = "rita", password: str = PASSWORD) -> Any:
     """A user who may decide tool calls (the permission `is_reviewer` checks); an existing
     user of that name is made a reviewer instead."""
@@ -184,6 +193,48 @@ def pause_run(text: str = "cancel order 42", owner: Any = None) -> AgentRun:
     assert run.status == RunStatus.WAITING, run.error
     assert run.approval_requests.pending().count() == 1
     return run
+
+
+def pause_and_approve(text: str = "cancel order 42") -> AgentRun:
+    """`pause_run(text)`, then rita approves its one request through the engine: the run is
+    claimed for resume (resuming), its resume job handed to the executor, not run. Needs
+    what `pause_run` needs."""
+    from engine import runs
+
+    run = pause_run(text)
+    runs.decide(run.approval_requests.get(), make_reviewer(), runs.Decision.approve())
+    run = AgentRun.objects.get(pk=run.pk)
+    assert run.status == RunStatus.RESUMING
+    return run
+
+
+# --- what a run did -------------------------------------------------------------------------
+
+
+def session_items(run: AgentRun) -> list[dict[str, Any]]:
+    """The items of `run`'s conversation, as its session returns them."""
+    import asyncio
+
+    from conversations.session import DjangoSession
+
+    return list(asyncio.run(DjangoSession(run.conversation.session_id).get_items()))
+
+
+def outputs_for(run: AgentRun, call_id: str) -> list[dict[str, Any]]:
+    """The outputs of the call `call_id` in `run`'s conversation: one for a call that ran."""
+    return [
+        item
+        for item in session_items(run)
+        if item.get("type") == "function_call_output" and item.get("call_id") == call_id
+    ]
+
+
+def cancellations(order: int = 42) -> int:
+    """How many times the demo's `cancel_order` cancelled `order`: once at most, whatever
+    was retried, replayed or raced."""
+    from demo.models import OrderEvent
+
+    return OrderEvent.objects.filter(order__number=order, kind=OrderEvent.Kind.CANCELLED).count()
 
 
 # --- items of a conversation (the SDK's input items) ----------------------------------------

@@ -157,7 +157,7 @@ def live_site(
         database_url = test_database_url()
     # It serves the whole session on the test database: sweeping it (expiry every minute,
     # recovery on every heartbeat) would act on the rows of whatever test runs then, as a
-    # foreign process (tests/test_sweeper_concurrency.py saw its requests expired by it). A
+    # foreign process (tests/engine/test_sweeper_concurrency.py saw its requests expired by it). A
     # test that wants a sweeping or beating server starts its own.
     site = start_site(
         database_url,

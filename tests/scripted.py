@@ -12,15 +12,17 @@ AGENT: Agent[Any] | None = None
 EXECUTED: list[tuple[str, Any]] = []
 
 
-def start(settings: Any, agent: Agent[Any], text: str) -> Any:
+def start(settings: Any, agent: Agent[Any], text: str, owner: Any = None) -> Any:
     """A run of `agent` (installed as the only agent) on `text`, queued in a new conversation
-    of alice's. Needs the `submitted` fixture, or the executor runs it too."""
+    of `owner`'s (alice's unless told), who asks. Needs the `submitted` fixture, or the
+    executor runs it too."""
     from engine import runs
     from tests.factories import make_conversation, make_user
 
     install(settings, agent)
-    conversation = make_conversation(owner=make_user(username="alice"), agent_name="scripted")
-    return runs.start_run(conversation, text, conversation.owner)
+    owner = owner or make_user(username="alice")
+    conversation = make_conversation(owner=owner, agent_name="scripted")
+    return runs.start_run(conversation, text, owner)
 
 
 def executed(run: Any, job: str = "execute") -> Any:

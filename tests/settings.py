@@ -44,7 +44,7 @@ if DATABASES["default"]["ENGINE"] == "agentsite.db.sqlite":  # noqa: F405
 # The test process itself keeps a connection per thread, as without a pool: tests drive the
 # SDK on loops of their own, whose threads end holding a connection that a pool would never
 # get back. The servers and workers the tests start (no pytest in them) pool as in production,
-# and tests/test_pooling.py holds them to a connection budget.
+# and tests/agentsite/db/test_pool.py holds them to a connection budget.
 if "pytest" in sys.modules and "pool" in DATABASES["default"].get("OPTIONS", {}):  # noqa: F405
     del DATABASES["default"]["OPTIONS"]["pool"]  # noqa: F405
     DATABASES["default"]["CONN_MAX_AGE"] = 60  # noqa: F405

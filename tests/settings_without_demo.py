@@ -3,4 +3,4 @@
 from tests.settings import *  # noqa: F403
 
 INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "demo"]  # noqa: F405
-AGENTSITE_AGENTS = {"plain": "tests.test_architecture.PLAIN_AGENT"}
+AGENTSITE_AGENTS = {"plain": "tests.agentsite.test_architecture.PLAIN_AGENT"}

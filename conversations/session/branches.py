@@ -33,7 +33,7 @@ from conversations.session.store import SessionStore, _storable_id, _turn_in_ran
 
 class BranchesMixin(SessionStore):
     """`DjangoSession`'s branches and turns, with the same answers as
-    `AdvancedSQLiteSession`'s (`tests/test_session_branches_differential.py`)."""
+    `AdvancedSQLiteSession`'s (`tests/conversations/session/test_branches_differential.py`)."""
 
     async def current_branch_id(self) -> str:
         """The branch this session reads and writes now (`AdvancedSQLiteSession` keeps it in

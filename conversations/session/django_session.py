@@ -30,9 +30,9 @@ class DjangoSession(BranchesMixin, UsageMixin, CompactionMixin):
     (its owner, title and runs), unlike `SQLiteSession`, which forgets the session row.
 
     Branches, turns and usage as the SDK's `AdvancedSQLiteSession` has them, with the same
-    answers (`tests/test_session_branches_differential.py`), but its current branch is the
-    conversation's (`Conversation.current_branch`): a session object lives for one request
-    or one run, and the next one reads and writes where the last one switched. With
+    answers (`tests/conversations/session/test_branches_differential.py`), but its current
+    branch is the conversation's (`Conversation.current_branch`): a session object lives for
+    one request or one run, and the next one reads and writes where the last one switched. With
     `branch`, the object keeps a branch of its own instead (a run's session, on the branch
     its run was started on); switching moves both.
     """

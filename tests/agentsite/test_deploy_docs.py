@@ -1,0 +1,112 @@
+"""`deploy/.env.example` is production's environment, documented: every name
+in it is a setting agentsite/settings.py reads, every setting is in it, what a production
+site must set is set (not commented out), and filled in it passes Django's deployment
+checks. `docs/deploy.md` is linked from the README and the map, and the files it names exist.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+
+from tests.agentsite.test_settings import variables_read
+from tests.agentsite.test_settings_deploy import PRODUCTION, STRONG_KEY, manage
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / ".env.example"
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+
+# What a production deploy of several processes must set itself: the defaults suit `make run`
+# (one process, SQLite, the in-memory layer, no TLS, the demo's offline model), not it.
+MUST_SET = {
+    *PRODUCTION,  # DEBUG off, the key, hosts, origins, TLS and the proxy's header
+    "DATABASE_URL",  # one PostgreSQL for every process
+    "DATABASE_POOL_MAX_SIZE",  # within the connection budget
+    "REDIS_URL",  # the channel layer the processes share
+    "AGENTSITE_EXECUTOR",  # runs in workers
+    "AGENTSITE_SESSION_ENCRYPTION_KEY",  # conversations encrypted at rest
+    "OPENAI_API_KEY",  # a real model
+    "DEFAULT_FROM_EMAIL",  # the emails' sender, at the site's own domain
+    "AGENTSITE_EMAIL_SITE_URL",  # the emails' links are absolute: the site's address
+}
+# Values a team replaces (`<...>`), filled in here to check the rest.
+FILLED = {
+    "SECRET_KEY": STRONG_KEY,
+    "AGENTSITE_SESSION_ENCRYPTION_KEY": Fernet.generate_key().decode(),
+    "OPENAI_API_KEY": "sk-not-a-real-key",
+}
+ASSIGNMENT = re.compile(r"^(#\s*)?([A-Z][A-Z0-9_]*)=(.*)$")
+
+
+def assignments() -> list[tuple[str, str, bool]]:
+    """(name, value, set): each `NAME=value` line, and whether it is set or commented out."""
+    found = []
+    for line in EXAMPLE.read_text().splitlines():
+        match = ASSIGNMENT.match(line.strip())
+        if match:
+            found.append((match.group(2), match.group(3), match.group(1) is None))
+    return found
+
+
+def production_environment() -> dict[str, str]:
+    env = {name: value for name, value, is_set in assignments() if is_set}
+    for name, value in FILLED.items():
+        env[name] = value
+    env["DATABASE_URL"] = env["DATABASE_URL"].replace("<password>", "not-a-password")
+    return env
+
+
+def test_every_name_in_the_example_is_a_setting_and_every_setting_is_there() -> None:
+    named = [name for name, _, _ in assignments()]
+    read = set(variables_read())
+
+    assert len(named) == len(set(named)), "a name given twice"
+    assert set(named) - read == set()  # nothing the settings do not read
+    assert read - set(named) == set()  # nothing the settings read left out
+
+
+def test_what_production_must_set_is_set() -> None:
+    values = {name: value for name, value, is_set in assignments() if is_set}
+
+    assert MUST_SET - set(values) == set()
+    assert values["DEBUG"] == "0"
+    assert values["AGENTSITE_EXECUTOR"] == "tasks"
+    assert values["REDIS_URL"].startswith("redis://")
+    assert values["DATABASE_URL"].startswith("postgres://")
+    # Only values a team must choose are left to fill in, each named here.
+    placeholders = {name for name, value in values.items() if "<" in value}
+    assert placeholders == {*FILLED, "DATABASE_URL"}
+
+
+def test_the_example_filled_in_passes_the_deployment_checks() -> None:
+    env = production_environment()
+    assert not any("<" in value for value in env.values())
+
+    checked = manage("check", "--deploy", "--fail-level", "WARNING", **env)
+
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "System check identified no issues" in checked.stdout
+
+
+def test_the_deploy_guide_is_linked_and_names_files_that_exist() -> None:
+    guide = DEPLOY_DOC.read_text()
+
+    assert "docs/deploy.md" in (ROOT / "README.md").read_text()
+    assert "deploy.md" in (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:deploy|scripts|bench|tests|engine|agentsite)/[\w./-]+)`", guide))
+    assert "deploy/.env.example" in named
+    missing = {path for path in named if not (ROOT / path.rstrip("/")).exists()}
+    assert missing == set()
+    # Each part the guide must cover.
+    for heading in (
+        "## One host",
+        "## Several hosts",
+        "## Upgrades",
+        "## What to monitor",
+        "## Which process sweeps",
+        "## When Redis is down",
+        "## The ASGI server",
+    ):
+        assert heading in guide, heading

@@ -1,0 +1,181 @@
+"""Deciding in the inbox, in a real Chromium against a real daphne server: a row that explains
+its call, a reviewer's own request that needs another reviewer, deciding with the keyboard
+alone, a new request announced in the live region, and an edit of a call's arguments before
+approving it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from approvals.models import ApprovalDecision, ApprovalStatus, DecisionKind
+from demo.models import Order
+from engine.models import RunStatus
+from tests.browser import (
+    PASSWORD,
+    open_inbox,
+    pause,
+    wait_for_run,
+)
+from tests.factories import make_reviewer, make_user
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("orders", "submitted"),
+]
+
+
+def test_a_row_explains_its_call_and_her_own_request_needs_another_reviewer(
+    live_site: Any, page: Any
+) -> None:
+    alice = make_user(username="alice")
+    rita = make_reviewer("rita", PASSWORD)
+    delivered = pause("cancel order 46", alice)
+    own = pause("cancel order 999", rita)
+
+    open_inbox(page, live_site, "rita")
+    row = page.locator(f"#request-{delivered.pk}")
+    expect(row).to_contain_text("Cancel an order that has not been delivered yet.")
+    expect(row.locator(".risk")).to_have_text("risk: irreversible")
+    arguments = row.get_by_label("Arguments")
+    expect(arguments.locator("dt")).to_have_text(["Order Id"])
+    expect(arguments.locator("dd")).to_have_text(["46"])
+    warning = row.locator(".fact-warning")
+    expect(warning).to_contain_text("has already been delivered, so it cannot be cancelled")
+    expect(row.get_by_label("What the call would touch")).to_contain_text("Delivered")
+    # The raw JSON is one click away.
+    raw = row.locator("details.raw-arguments pre")
+    expect(raw).to_be_hidden()
+    row.get_by_text("Raw arguments (JSON)").click()
+    expect(raw).to_be_visible()
+    expect(raw).to_contain_text('"order_id": 46')
+    expect(row.get_by_role("button", name="Approve", exact=True)).to_be_enabled()
+
+    mine = page.locator(f"#request-{own.pk}")
+    expect(mine.locator("[data-needs-another-reviewer]")).to_have_text("needs another reviewer")
+    expect(mine.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
+    expect(mine.get_by_role("button", name="Reject", exact=True)).to_be_enabled()
+    expect(mine.locator(".fact-warning")).to_contain_text("999: not in this user's account")
+    page.screenshot(path="/tmp/r-inbox-inbox.png", full_page=True)
+
+    # Her own request's page says so too; she may reject it, with a note for reviewers.
+    mine.get_by_role("link", name="Open").click()
+    decision = page.get_by_role("region", name="Decision")
+    expect(decision).to_contain_text("needs another reviewer")
+    expect(decision.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
+    expect(decision.get_by_role("button", name="Approve always (this run)")).to_be_disabled()
+    page.get_by_label("Message to the agent").fill("Order 999 is not yours.")
+    page.get_by_label("Internal note").fill("Testing my own account.")
+    page.screenshot(path="/tmp/r-inbox-request.png", full_page=True)
+    decision.get_by_role("button", name="Reject").click()
+    expect(decision).to_contain_text("Rejected")
+    expect(decision.locator(".decision-note")).to_have_text("Testing my own account.")
+    decided = ApprovalDecision.objects.get(request=own)
+    assert (decided.reviewer, decided.approved, decided.note) == (
+        rita,
+        False,
+        "Testing my own account.",
+    )
+    own.refresh_from_db()
+    assert own.status == ApprovalStatus.REJECTED
+
+
+def test_keyboard_only_a_reviewer_approves_three_requests_in_a_row_and_rejects_one(
+    live_site: Any, page: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    requests = [pause(f"cancel order {number}", alice) for number in (42, 44, 23)]
+    last = pause("cancel order 58", make_user(username="hugo"))
+
+    open_inbox(page, live_site, "rita")
+    # The skip link is the first stop of the keyboard, and leads to the requests.
+    page.keyboard.press("Tab")
+    skip = page.get_by_role("link", name="Skip to the requests")
+    expect(skip).to_be_focused()
+    expect(skip).to_be_visible()
+
+    rows = page.locator("#pending-rows > li.row-pending")
+    expect(rows).to_have_count(4)
+    page.keyboard.press("Enter")
+    expect(page.locator("#pending-rows")).to_be_focused()
+    page.keyboard.press("j")  # focus moves into the list: the newest first
+    expect(rows.first.locator("[data-row-focus]")).to_be_focused()
+    page.keyboard.press("j")
+    page.keyboard.press("k")
+    expect(page.locator(f"#request-{last.pk} [data-row-focus]")).to_be_focused()
+    page.keyboard.press("j")  # hugo's is the newest; alice's three follow, newest first
+    for request in reversed(requests):
+        focused = page.locator(f"#request-{request.pk} [data-row-focus]")
+        expect(focused).to_be_focused()
+        page.keyboard.press("a")
+        expect(page.locator(f"#request-{request.pk}")).to_contain_text("by rita")
+    page.screenshot(path="/tmp/r-inbox-keyboard.png", full_page=True)
+
+    # After the last of alice's, focus went back to the one left: reject it with a message.
+    expect(page.locator(f"#request-{last.pk} [data-row-focus]")).to_be_focused()
+    page.keyboard.press("r")
+    message = page.locator(f"#row-message-{last.pk}")
+    expect(message).to_be_focused()
+    page.keyboard.type("Order 58 is not cancellable today.")
+    page.screenshot(path="/tmp/r-inbox-reject.png", full_page=True)
+    page.keyboard.press("Control+Enter")
+    expect(page.locator(f"#request-{last.pk}")).to_contain_text("Rejected")
+
+    for request in requests:
+        request.refresh_from_db()
+        assert request.status == ApprovalStatus.APPROVED, request.pk
+    last.refresh_from_db()
+    assert last.status == ApprovalStatus.REJECTED
+    assert ApprovalDecision.objects.get(request=last).message == (
+        "Order 58 is not cancellable today."
+    )
+
+
+def test_a_new_request_is_announced_in_the_live_region(live_site: Any, page: Any) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    pause("cancel order 42", alice)
+    open_inbox(page, live_site, "rita")
+    announcer = page.locator("[aria-live='polite'][data-announcer]")
+    expect(announcer).to_have_text("")  # what was there already is not news
+
+    new = pause("cancel order 44", alice)
+    # A reconnect's re-read (live.js) brings it, as a push would.
+    page.evaluate("document.body.dispatchEvent(new CustomEvent('resync'))")
+    expect(page.locator(f"#request-{new.pk}")).to_be_visible()
+    expect(announcer).to_have_text("New request: cancel_order, asked by alice.")
+
+
+def test_a_reviewer_edits_the_arguments_then_approves_and_the_edited_call_runs(
+    live_site: Any, page: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    request = pause("cancel order 42", alice)
+
+    open_inbox(page, live_site, "rita")
+    row = page.locator(f"#request-{request.pk}")
+    row.get_by_role("link", name="Edit, then approve").click()
+    # The form comes from the tool's schema, prefilled, opened by the link.
+    order = page.get_by_label("Order Id")
+    expect(order).to_be_visible()
+    expect(order).to_have_value("42")
+    order.fill("44")
+    page.screenshot(path="/tmp/e-inbox-edit.png", full_page=True)
+    page.get_by_role("button", name="Approve with these arguments").click()
+
+    decision = page.get_by_role("region", name="Decision")
+    expect(decision).to_contain_text("Approved")
+    expect(decision).to_contain_text("Arguments edited by rita")
+    expect(decision.locator("[data-edited-call]")).to_have_text("cancel_order(order_id=44)")
+    decided = ApprovalDecision.objects.get(request=request)
+    assert (decided.kind, decided.edited_arguments) == (DecisionKind.EDITED, {"order_id": 44})
+
+    # The server resumes the run: the edited call ran, and only it.
+    wait_for_run(request.run_id, RunStatus.COMPLETED)
+    statuses = dict(Order.objects.filter(number__in=[42, 44]).values_list("number", "status"))
+    assert statuses == {42: Order.Status.PLACED, 44: Order.Status.CANCELLED}

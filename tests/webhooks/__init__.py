@@ -1,0 +1,97 @@
+"""Helpers of the webhooks' tests: a receiver, as an operator's system would run one (a real HTTP
+server on 127.0.0.1 that records what it was sent and answers as told), the endpoints that
+point at it, and the receiver's own check of a signature."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.server
+import json
+import threading
+import time
+from typing import Any
+
+from django.db import transaction
+
+from webhooks import outbox
+from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
+
+ALL_EVENTS = [choice.value for choice in WebhookEvent]
+
+
+class Receiver:
+    """What a local HTTP server was sent, and what it answers: `codes` in turn (the last one
+    repeats), each answer held until `gate` is set."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: list[tuple[dict[str, str], bytes, float]] = []
+        self.codes = [200]
+        self.gate = threading.Event()
+        self.gate.set()
+        self.arrived = threading.Event()
+        self.server: http.server.ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+
+    def take(self, headers: dict[str, str], body: bytes) -> int:
+        with self.lock:
+            self.requests.append((headers, body, time.monotonic()))
+            code = self.codes[min(len(self.requests), len(self.codes)) - 1]
+        self.arrived.set()
+        self.gate.wait(10)
+        return code
+
+    def bodies(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [json.loads(body) for _, body, _ in self.requests]
+
+    def delivery_ids(self) -> list[str]:
+        with self.lock:
+            return [headers["Agentsite-Delivery"] for headers, _, _ in self.requests]
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    server: Any
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        code = self.server.receiver.take(dict(self.headers.items()), body)
+        self.send_response(code)
+        self.send_header("Content-Length", "7")
+        self.end_headers()
+        self.wfile.write(b"answer.")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def make_endpoint(url: str, events: list[str] | None = None, **kwargs: Any) -> WebhookEndpoint:
+    kwargs.setdefault("name", f"receiver {WebhookEndpoint.objects.count() + 1}")
+    return WebhookEndpoint.objects.create(url=url, events=events or ALL_EVENTS, **kwargs)
+
+
+def verified(secret: str, body: bytes, header: str) -> bool:
+    """The receiver's check, as docs/webhooks.md writes it (standard library only)."""
+    parts = dict(item.split("=", 1) for item in header.split(","))
+    signed = parts["t"].encode() + b"." + body
+    expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    fresh = abs(time.time() - int(parts["t"])) <= 300
+    return fresh and hmac.compare_digest(expected, parts["v1"])
+
+
+def statuses() -> list[str]:
+    return list(WebhookDelivery.objects.order_by("pk").values_list("status", flat=True))
+
+
+def queued(endpoints: list[WebhookEndpoint], each: int) -> list[WebhookDelivery]:
+    rows = []
+    for _ in range(each):
+        with transaction.atomic():
+            rows += outbox.queue(WebhookEvent.RUN_COMPLETED, lambda: {"run": {"id": 1}})
+    assert len(rows) == len(endpoints) * each
+    return rows
