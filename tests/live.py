@@ -156,13 +156,20 @@ def live_site(
     with django_db_blocker.unblock():
         database_url = test_database_url()
     # It serves the whole session on the test database: sweeping it (expiry every minute,
-    # recovery on every heartbeat) would act on the rows of whatever test runs then, as a
-    # foreign process (tests/engine/test_sweeper_concurrency.py saw its requests expired by it). A
-    # test that wants a sweeping or beating server starts its own.
+    # recovery on every heartbeat) or polling its outboxes (webhooks, emails) would act on the
+    # rows of whatever test runs then, as a foreign process (the sweeper's concurrency test saw
+    # its requests expired by it, the webhooks' delivery test one of its deliveries sent by it:
+    # tests/harness/test_live.py). A test that wants a sweeping, beating or sending server
+    # starts its own.
     site = start_site(
         database_url,
         tmp_path_factory.mktemp("site") / "daphne.log",
-        {"AGENTSITE_SWEEP_SECONDS": "0", "AGENTSITE_HEARTBEAT_SECONDS": "0"},
+        {
+            "AGENTSITE_SWEEP_SECONDS": "0",
+            "AGENTSITE_HEARTBEAT_SECONDS": "0",
+            "AGENTSITE_WEBHOOK_POLL_SECONDS": "0",
+            "AGENTSITE_EMAIL_POLL_SECONDS": "0",
+        },
     )
     yield site
     stop_site(site)
