@@ -268,6 +268,17 @@ class Branch(models.Model):
         return f"{self.conversation_id}:{self.branch_id}"
 
 
+# What a turn used, as the SDK's `store_run_usage` counts it: the usage columns of a turn.
+TURN_USAGE_FIELDS = (
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "input_tokens_details",
+    "output_tokens_details",
+)
+
+
 class TurnUsage(models.Model):
     """What one user turn of a branch used, as `AdvancedSQLiteSession.store_run_usage` stores
     it: the latest run's usage of the turn replaces the one before (a paused run stores what

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentsite.db.sql import column, json_placeholder, per_vendor, table
-from conversations.models import Conversation, SessionItem, TurnUsage
+from conversations.models import TURN_USAGE_FIELDS, Conversation, SessionItem, TurnUsage
 
 
 @dataclass(frozen=True)
@@ -178,19 +178,7 @@ def _store_turn_usage(
     (the SDK's INSERT OR REPLACE; turn overhead)."""
     usage_columns = [
         column(TurnUsage, name)
-        for name in (
-            "conversation",
-            "branch",
-            "turn",
-            "requests",
-            "input_tokens",
-            "output_tokens",
-            "total_tokens",
-            "input_tokens_details",
-            "output_tokens_details",
-            "run",
-            "created",
-        )
+        for name in ("conversation", "branch", "turn", *TURN_USAGE_FIELDS, "run", "created")
     ]
     replaced = ", ".join(f"{name} = excluded.{name}" for name in usage_columns[3:])
     return (

@@ -14,20 +14,11 @@ from django.db import transaction
 from django.db.models import Count, Sum
 
 from agentsite.db.hops import db_thread
-from conversations.models import TurnUsage
+from conversations.models import TURN_USAGE_FIELDS, TurnUsage
 from conversations.session.run_writes import record_turn_usage
 from conversations.session.store import SessionStore, _storable_id, _turn_in_range
 
 logger = logging.getLogger(__name__)
-
-USAGE_FIELDS = (
-    "requests",
-    "input_tokens",
-    "output_tokens",
-    "total_tokens",
-    "input_tokens_details",
-    "output_tokens_details",
-)
 
 
 class UsageMixin(SessionStore):
@@ -81,7 +72,7 @@ class UsageMixin(SessionStore):
         self, user_turn_number: int | None, branch_id: str | None
     ) -> list[dict[str, Any]] | dict[str, Any]:
         where = self._where(branch_id)
-        fields = USAGE_FIELDS
+        fields = TURN_USAGE_FIELDS
         if user_turn_number is not None:
             if where is None or not _storable_id(where[1]) or not _turn_in_range(user_turn_number):
                 return {}
