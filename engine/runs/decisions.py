@@ -4,7 +4,6 @@ run for resume."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
@@ -25,16 +24,13 @@ from approvals.models import (
 )
 from engine import events, executor, permissions, policies, signals
 from engine.models import AgentRun, RunStatus
+from engine.runs import edits, errors, rows
 from tracing import recording
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
 
     from engine.permissions import User
-
-from engine.runs import edits, errors, rows
-
-logger = logging.getLogger(__name__)
 
 
 def decide_by_policy(

@@ -3,9 +3,6 @@ person who tried), and the sizes past which input is refused."""
 
 from __future__ import annotations
 
-import logging
-
-logger = logging.getLogger(__name__)
 MAX_INPUT_CHARS = 20_000
 MAX_MESSAGE_CHARS = 2_000
 # What a reviewer may write as a tool's output when answering as the tool.

@@ -3,7 +3,6 @@ runs quiet for too long; nothing that may have executed is ever run again."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -15,8 +14,6 @@ from engine import events, executor, heartbeat
 from engine.executor import Job
 from engine.models import AgentRun, RunStatus, ServerProcess
 from engine.runs import rows
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass

@@ -5,7 +5,6 @@ into the JSON), its context checked, and our decisions applied from our own rows
 from __future__ import annotations
 
 import hmac
-import logging
 from typing import Any
 
 from agents import Agent
@@ -21,8 +20,6 @@ from engine import context as run_context
 from engine import mcp, registry
 from engine.models import AgentRun
 from engine.runs import edits, errors, rows
-
-logger = logging.getLogger(__name__)
 
 
 async def restore(run: AgentRun, agent: Agent[Any]) -> tuple[RunState[Any], dict[str, str]]:

@@ -18,13 +18,13 @@ from conversations.models import Conversation
 from conversations.session import current_branch
 from engine import events, executor, heartbeat, registry
 from engine.models import AgentRun, RunStatus
+from engine.runs import errors, rows
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
 
     from engine.permissions import User
 
-from engine.runs import errors, rows
 
 logger = logging.getLogger(__name__)
 RATE_WINDOW = timedelta(minutes=1)

@@ -19,6 +19,7 @@ from conversations.items import is_user_message, message_text, output_view, stop
 from conversations.models import Conversation
 from engine import events
 from engine.models import AgentRun, RunStatus
+from engine.runs import errors, final, rows, streaming
 from tracing import recording
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
     from engine.permissions import User
 
-from engine.runs import errors, final, rows, streaming
 
 logger = logging.getLogger(__name__)
 
