@@ -40,14 +40,15 @@ def decide_by_policy(
     the pause's transaction): the request decided by nobody in person, the audit's row
     naming the policy as it was (a later change to it changes neither)."""
     approve = verdict.action == policies.PolicyAction.APPROVE
-    request.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+    kind = DecisionKind.APPROVED if approve else DecisionKind.REJECTED
+    request.status = kind.status
     request.decided_at = now
     request.save(update_fields=["status", "decided_at"])
     decision = ApprovalDecision.objects.create(
         request=request,
         reviewer=None,
-        approved=approve,
-        kind=DecisionKind.APPROVED if approve else DecisionKind.REJECTED,
+        approved=kind.approves,
+        kind=kind,
         message="" if approve else verdict.message.strip()[: errors.MAX_MESSAGE_CHARS],
         note=verdict.sentence()[: errors.MAX_MESSAGE_CHARS],
         arguments_hash=request.arguments_hash,
