@@ -4,8 +4,11 @@
  *   (`hx-trigger="resync from:body"`), so nothing pushed while the socket was down (or before
  *   it first connected) is ever missed. Pushes are hints; the page re-reads the truth.
  * - A socket that closes for any reason other than a refusal reconnects with backoff (the
- *   extension itself retries only a few close codes). A socket closed with 4403 (logged out,
- *   or no longer allowed) stays closed and the status says "Log in again".
+ *   extension itself retries only a few close codes). Both retry on one schedule,
+ *   `reconnectDelay`: doubling from 1 s, jittered, never more than 15 s apart, so a page finds
+ *   a restarted server within 15 s however long it was down (the extension's own schedule,
+ *   "full-jitter", waits up to 64 s after six failed tries). A socket closed with 4403 (logged
+ *   out, or no longer allowed) stays closed and the status says "Log in again".
  * - A socket closed with 4503 (the server's channel layer is down: live updates cannot reach
  *   it) shows "Live updates paused — re-reading every N s", re-reads the page's live
  *   fragments from the database every N s (the same `resync` as on a reconnect) and keeps
@@ -23,6 +26,15 @@
   var paused = false;
   var pollTimer = null;
   var confirmTimer = null;
+
+  // The wait before reconnect try number `tries` (0-based): doubling from 1 s, at most `most`
+  // ms, jittered down to half so that a restarted server is not met by every page at once.
+  function reconnectDelay(tries, most) {
+    return Math.min(1000 * Math.pow(2, Math.min(tries, 10)), most) * (0.5 + Math.random() / 2);
+  }
+  if (window.htmx) {
+    htmx.config.wsReconnectDelay = function (tries) { return reconnectDelay(tries, 15000); };
+  }
 
   function resync() {
     document.body.dispatchEvent(new CustomEvent("resync"));
@@ -111,9 +123,8 @@
     if (!wrapper || !wrapper.reconnect) return;
     // While paused, the page tries again at least as often as it re-reads.
     var most = paused ? POLL_SECONDS * 1000 : 15000;
-    var delay = Math.min(1000 * Math.pow(2, retries), most) * (0.5 + Math.random() / 2);
+    setTimeout(wrapper.reconnect, reconnectDelay(retries, most));
     retries += 1;
-    setTimeout(wrapper.reconnect, delay);
   });
 
   document.addEventListener("htmx:oobAfterSwap", syncTitle);

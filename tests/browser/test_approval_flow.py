@@ -143,3 +143,20 @@ def test_the_open_inbox_reconnects_and_resyncs_after_a_server_restart(
         assert page.evaluate("window.__sameDocument === true")
     finally:
         stop_site(site)
+
+
+def test_a_page_retries_its_socket_at_least_every_15_s_however_long_the_server_was_down(
+    page: Any, live_site: Any
+) -> None:
+    """The cause of a flaky restart test above (CI, stop 36): a socket dropped without a close
+    frame (1006, a stopped server) was retried on the ws extension's own schedule, which waits
+    up to 64 s after six failed tries; the page found the restarted server 30 s late."""
+    make_people()
+    log_in(page, live_site, "rita", PASSWORD, then="/inbox/")
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+    waits = page.evaluate(
+        "Array.from({length: 40}, (_, tries) => htmx.config.wsReconnectDelay(tries))"
+    )
+    assert 500 <= waits[0] <= 1000
+    assert max(waits) <= 15_000
+    assert min(waits[6:]) >= 7_500  # still backing off: half the most at least
