@@ -249,13 +249,15 @@ def user_message(text: str) -> dict[str, Any]:
 
 
 def make_trace(**kwargs: Any) -> Trace:
-    """A finished trace of the support desk, each one a minute older than the one before."""
+    """A finished trace of the support desk on T0's day, each one a second older than the one
+    before. (A minute older each, a process's 541st trace fell on the day before: a test of
+    the list's date filters then failed or passed by how many ran before it.)"""
     n = next(_numbers)
     kwargs.setdefault("trace_id", f"trace_{n:032x}")
     kwargs.setdefault("workflow_name", "agentsite: Support desk")
     kwargs.setdefault("group_id", f"conv_made_{n}")
     kwargs.setdefault("status", TraceStatus.OK)
-    kwargs.setdefault("started_at", T0 - timedelta(minutes=n))
+    kwargs.setdefault("started_at", T0 - timedelta(seconds=n))
     if kwargs["started_at"] is not None:
         kwargs.setdefault("ended_at", kwargs["started_at"] + timedelta(seconds=2))
     kwargs.setdefault("metadata", {"agent": "support"})

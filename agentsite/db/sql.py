@@ -8,7 +8,8 @@ Plain SQL is kept only where a row of docs/benchmarks.md needs it; each statemen
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from django.db import connection, models
 
@@ -49,3 +50,90 @@ def per_vendor[T](make: Callable[[], T]) -> Callable[[], T]:
         return made[vendor]
 
     return statements
+
+
+class Columns:
+    """A model's concrete fields in plain SQL, read and written as the ORM does it: a row read
+    goes through the converters the ORM's compiler applies (the backend's, then the field's)
+    and becomes an instance with `from_db`; a value written goes through the field's
+    `get_db_prep_save` (after `pre_save` for an insert: `auto_now`, `auto_now_add`). What is
+    saved is the ORM's compilation of the statement, which for a wide model like `AgentRun`
+    costs ten times running it (`columns` keeps one per model and vendor)."""
+
+    def __init__(self, model: type[models.Model]) -> None:
+        self.model = model
+        self.fields: tuple[models.Field[Any, Any], ...] = tuple(model._meta.concrete_fields)
+        self.attnames = tuple(field.attname for field in self.fields)
+        self.table = table(model)
+        self.select = ", ".join(f"{self.table}.{quote(_column(field))}" for field in self.fields)
+        self._converters = []
+        for index, field in enumerate(self.fields):
+            col = field.get_col(model._meta.db_table)
+            found = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+            if found:
+                self._converters.append((index, tuple(found), col))
+        self._by_name = {field.name: field for field in self.fields}
+        pk = model._meta.pk
+        assert pk is not None
+        self._pk_index = self.attnames.index(pk.attname)
+        self.pk_column = quote(_column(pk))
+
+    def load(self, values: Sequence[Any]) -> Any:
+        """The instance of a row's values, in the order of `select` (None for a row of NULLs
+        from an outer join: its primary key is NULL)."""
+        row = list(values)
+        if row[self._pk_index] is None:
+            return None
+        for index, converters, col in self._converters:
+            value = row[index]
+            for converter in converters:
+                value = converter(value, col, connection)
+            row[index] = value
+        return self.model.from_db(connection.alias, self.attnames, row)
+
+    def prepared(self, name: str, value: Any) -> Any:
+        """`value` as the field `name` writes it."""
+        return self._by_name[name].get_db_prep_save(value, connection)
+
+    def insert(self, instance: models.Model) -> None:
+        """INSERT `instance` (its primary key made by the database) and give it its key, as
+        `save()` of a new instance does, without signals (the models written so send none)."""
+        pk = self.model._meta.pk
+        fields = [field for field in self.fields if field is not pk]
+        values = [
+            field.get_db_prep_save(field.pre_save(instance, add=True), connection)
+            for field in fields
+        ]
+        names = ", ".join(quote(_column(field)) for field in fields)
+        sql = f"INSERT INTO {self.table} ({names}) VALUES ({placeholders(len(fields))})"
+        with connection.cursor() as cursor:
+            if connection.features.can_return_columns_from_insert:
+                assert pk is not None
+                cursor.execute(f"{sql} RETURNING {self.pk_column}", values)
+                key = cursor.fetchone()[0]
+            else:  # pragma: no cover - every database we support returns it
+                cursor.execute(sql, values)
+                key = connection.ops.last_insert_id(cursor, self.model._meta.db_table, "id")
+        instance.pk = key
+        instance._state.adding = False
+        instance._state.db = connection.alias
+
+
+def _column(field: models.Field[Any, Any]) -> str:
+    assert field.column is not None
+    return field.column
+
+
+def quote(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+_columns: dict[tuple[str, type[models.Model]], Columns] = {}
+
+
+def columns(model: type[models.Model]) -> Columns:
+    """The `Columns` of `model` on this database vendor, made once."""
+    key = (connection.vendor, model)
+    if key not in _columns:
+        _columns[key] = Columns(model)
+    return _columns[key]

@@ -91,7 +91,19 @@ def claim_sync(run_id: int, expected: str) -> AgentRun | None:
     if not claimed:
         logger.info("Run %s was not %s (or already taken); left alone.", run_id, expected)
         return None
-    return AgentRun.objects.select_related("conversation", "requested_by").get(pk=run_id)
+    return load_run(run_id)
+
+
+def load_run(run_id: int) -> AgentRun:
+    """The run with its conversation and requester, as `select_related` loads them, in one
+    plain statement (`engine.sql`: the ORM's compilation cost most of a claim)."""
+    sql = statements()
+    with connection.cursor() as cursor:
+        cursor.execute(sql.load_run, [run_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise AgentRun.DoesNotExist(f"No run {run_id}.")
+    return sql.loaded_run(row)
 
 
 def claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
@@ -110,7 +122,7 @@ def claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
         if not claimed:
             logger.info("Run %s was not resuming (or already taken); left alone.", run_id)
             return None
-        run = AgentRun.objects.select_related("conversation").get(pk=run_id)
+        run = load_run(run_id)
         with connection.cursor() as cursor:
             cursor.execute(sql.consume, [run.pk, run.pause_count, nonce(run.state), now])
             first_use = cursor.rowcount == 1

@@ -17,7 +17,7 @@ from agents.items import ToolApprovalItem
 from agents.tool import ToolOriginType
 from agents.version import __version__ as SDK_VERSION
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalOrigin, ApprovalRequest, arguments_hash
@@ -28,6 +28,7 @@ from engine import context as run_context
 from engine import events, executor, policies, registry, signals
 from engine.models import AgentRun, RunStatus
 from engine.runs import decisions, expiry, rows, starting
+from engine.sql import COMPLETION_FIELDS, statements
 from tracing import recording
 
 logger = logging.getLogger(__name__)
@@ -59,25 +60,33 @@ def _final_text(output: Any) -> str:
     return json.dumps(output, default=str, ensure_ascii=False)
 
 
+def _complete(run_id: int, **changes: Any) -> bool:
+    """Write the completion's `changes` (every one of `engine.sql.COMPLETION_FIELDS`) if the
+    run is still running; whether it was. The ORM's `update()`, in one plain statement."""
+    sql = statements()
+    values = [sql.runs.prepared(name, changes[name]) for name in COMPLETION_FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(sql.complete, [*values, run_id, RunStatus.RUNNING])
+        return bool(cursor.rowcount == 1)
+
+
 def save_completion(run: AgentRun, result: RunResultStreaming) -> rows.Outcome:
     now = timezone.now()
     run.trace_id = rows.trace_id_of(result) or run.trace_id
     with transaction.atomic():
         # Only a run that is still ours: one failed meanwhile (recovery, a crash handler)
         # stays so.
-        saved = (
-            AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-                status=RunStatus.COMPLETED,
-                final_output=_final_text(result.final_output),
-                usage=rows.usage_of(result),
-                trace_id=run.trace_id,
-                state=None,
-                state_signature="",
-                streamed_text="",
-                finished=now,
-                updated=now,
-            )
-            == 1
+        saved = _complete(
+            run.pk,
+            status=RunStatus.COMPLETED,
+            final_output=_final_text(result.final_output),
+            usage=rows.usage_of(result),
+            trace_id=run.trace_id,
+            state=None,
+            state_signature="",
+            streamed_text="",
+            finished=now,
+            updated=now,
         )
         if saved:
             recording.follow_run(run, RunStatus.COMPLETED)
