@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.db import connection
 
 from agentsite.db.sql import Columns, column, columns, per_vendor, placeholders, qualified, table
 from conversations.models import Conversation
@@ -35,9 +36,9 @@ class Statements:
     # column of each, in the order of `runs`, `conversations`, `people` (turn overhead: the
     # ORM's `select_related(...).get()` of them cost 0.9 ms a claim, the statement 0.05 ms).
     load_run: str
-    # Params: each of `completion_fields` (prepared by `runs.prepared`), run id, running. A
-    # completed run's row, while it is still running (turn overhead).
-    complete: str
+    # Params: run id. The run's status and pause count, its row locked FOR NO KEY UPDATE on
+    # PostgreSQL (SQLite's write transaction holds the database) (pause and resume).
+    lock_run: str
     runs: Columns
     conversations: Columns
     people: Columns
@@ -52,20 +53,6 @@ class Statements:
         )
         AgentRun.requested_by.field.set_cached_value(run, self.people.load(row[width + more :]))
         return run
-
-
-# The columns a completion writes, in the order of `complete`'s parameters.
-COMPLETION_FIELDS = (
-    "status",
-    "final_output",
-    "usage",
-    "trace_id",
-    "state",
-    "state_signature",
-    "streamed_text",
-    "finished",
-    "updated",
-)
 
 
 @per_vendor
@@ -83,7 +70,6 @@ def statements() -> Statements:
     runs_columns = columns(AgentRun)
     conversations, people = columns(Conversation), columns(get_user_model())
     run_pk = qualified(AgentRun, AgentRun._meta.pk.name)
-    completion = ", ".join(f"{column(AgentRun, name)} = %s" for name in COMPLETION_FIELDS)
     return Statements(
         load_run=(
             f"SELECT {runs_columns.select}, {conversations.select}, {people.select} "
@@ -93,7 +79,10 @@ def statements() -> Statements:
             f"LEFT OUTER JOIN {people.table} ON {qualified(AgentRun, 'requested_by')} = "
             f"{people.table}.{people.pk_column} WHERE {run_pk} = %s"
         ),
-        complete=f"UPDATE {runs} SET {completion} WHERE {where}",
+        lock_run=(
+            f"SELECT {status}, {column(AgentRun, 'pause_count')} FROM {runs} WHERE {run_pk} = %s"
+            + (" FOR NO KEY UPDATE" if connection.vendor == "postgresql" else "")
+        ),
         runs=runs_columns,
         conversations=conversations,
         people=people,

@@ -106,6 +106,16 @@ def load_run(run_id: int) -> AgentRun:
     return sql.loaded_run(row)
 
 
+def lock_run(run_id: int) -> tuple[str, int]:
+    """In a transaction: the run's status and pause count, its row locked until the end of
+    the transaction (FOR NO KEY UPDATE: the exporter's insert of the run's spans, which checks
+    its foreign key to the run, does not wait for it)."""
+    with connection.cursor() as cursor:
+        cursor.execute(statements().lock_run, [run_id])
+        status, pause = cursor.fetchone()
+    return str(status), int(pause)
+
+
 def claim_state_sync(run_id: int) -> tuple[AgentRun, bool] | None:
     """Move the run from resuming to running and take its saved state; only one caller ever
     wins. With the run: True if its pause's state was never taken before, False if a row says

@@ -17,9 +17,10 @@ from agents.items import ToolApprovalItem
 from agents.tool import ToolOriginType
 from agents.version import __version__ as SDK_VERSION
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agentsite.db.sql import columns
 from approvals.models import ApprovalDecision, ApprovalOrigin, ApprovalRequest, arguments_hash
 from conversations.items import parse_arguments
 from conversations.session import record_turn_usage
@@ -28,7 +29,6 @@ from engine import context as run_context
 from engine import events, executor, policies, registry, signals
 from engine.models import AgentRun, RunStatus
 from engine.runs import decisions, expiry, rows, starting
-from engine.sql import COMPLETION_FIELDS, statements
 from tracing import recording
 
 logger = logging.getLogger(__name__)
@@ -60,33 +60,29 @@ def _final_text(output: Any) -> str:
     return json.dumps(output, default=str, ensure_ascii=False)
 
 
-def _complete(run_id: int, **changes: Any) -> bool:
-    """Write the completion's `changes` (every one of `engine.sql.COMPLETION_FIELDS`) if the
-    run is still running; whether it was. The ORM's `update()`, in one plain statement."""
-    sql = statements()
-    values = [sql.runs.prepared(name, changes[name]) for name in COMPLETION_FIELDS]
-    with connection.cursor() as cursor:
-        cursor.execute(sql.complete, [*values, run_id, RunStatus.RUNNING])
-        return bool(cursor.rowcount == 1)
-
-
 def save_completion(run: AgentRun, result: RunResultStreaming) -> rows.Outcome:
     now = timezone.now()
     run.trace_id = rows.trace_id_of(result) or run.trace_id
     with transaction.atomic():
         # Only a run that is still ours: one failed meanwhile (recovery, a crash handler)
         # stays so.
-        saved = _complete(
-            run.pk,
-            status=RunStatus.COMPLETED,
-            final_output=_final_text(result.final_output),
-            usage=rows.usage_of(result),
-            trace_id=run.trace_id,
-            state=None,
-            state_signature="",
-            streamed_text="",
-            finished=now,
-            updated=now,
+        saved = (
+            columns(AgentRun).update(
+                run.pk,
+                {
+                    "status": RunStatus.COMPLETED,
+                    "final_output": _final_text(result.final_output),
+                    "usage": rows.usage_of(result),
+                    "trace_id": run.trace_id,
+                    "state": None,
+                    "state_signature": "",
+                    "streamed_text": "",
+                    "finished": now,
+                    "updated": now,
+                },
+                where={"status": RunStatus.RUNNING},
+            )
+            == 1
         )
         if saved:
             recording.follow_run(run, RunStatus.COMPLETED)
@@ -148,19 +144,19 @@ def save_pause(
             # FOR NO KEY UPDATE, as in `decisions.record_decision`: the exporter's batch of
             # this run's trace checks its foreign key to the run on commit, while this waits
             # for its row.
-            locked = AgentRun.objects.select_for_update(no_key=True).get(pk=run.pk)
+            locked, pause_count = rows.lock_run(run.pk)
             if (
-                locked.status in (RunStatus.WAITING, RunStatus.RESUMING)
-                and locked.pause_count == run.pause_count + 1
+                locked in (RunStatus.WAITING, RunStatus.RESUMING)
+                and pause_count == run.pause_count + 1
             ):
-                return _saved_before(run, locked)
-            if locked.status != RunStatus.RUNNING:
+                return _saved_before(run, locked, pause_count)
+            if locked != RunStatus.RUNNING:
                 # Failed meanwhile: asking reviewers to approve a dead run's calls is wrong.
-                logger.warning("Run %s paused but was %s; nothing saved.", run.pk, locked.status)
+                logger.warning("Run %s paused but was %s; nothing saved.", run.pk, locked)
                 return rows.Outcome()
-            pause = locked.pause_count + 1
+            pause = pause_count + 1
             _bind(state, run.pk, pause, mcp_tools)
-            requests = _request_rows(locked, pause, agent, paused, now)
+            requests = _request_rows(run, pause, agent, paused, now)
             decided = [
                 decisions.decide_by_policy(request, each.verdict, now)
                 for request, each in zip(requests, paused, strict=True)
@@ -206,14 +202,14 @@ def _judged(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> lis
     return judged
 
 
-def _saved_before(run: AgentRun, locked: AgentRun) -> rows.Outcome:
+def _saved_before(run: AgentRun, status: str, pause: int) -> rows.Outcome:
     """An earlier attempt of this write committed before its connection broke (only this
     write moves a running run to waiting, or to resuming when policies decided all of its
     calls: a resumption takes the state once, so asking again is safe)."""
-    requests = list(ApprovalRequest.objects.of_pause(locked, locked.pause_count))
-    if locked.status == RunStatus.RESUMING:
+    requests = list(ApprovalRequest.objects.of_pause(run, pause))
+    if status == RunStatus.RESUMING:
         transaction.on_commit(lambda: executor.submit("resume", run.pk))
-    return _announced(run, requests, locked.status)
+    return _announced(run, requests, status)
 
 
 def _bind(state: dict[str, Any], run_id: int, pause: int, mcp_tools: dict[str, Any] | None) -> None:
@@ -226,12 +222,12 @@ def _bind(state: dict[str, Any], run_id: int, pause: int, mcp_tools: dict[str, A
 
 
 def _request_rows(
-    locked: AgentRun, pause: int, agent: Agent[Any], paused: list[_Paused], now: Any
+    run: AgentRun, pause: int, agent: Agent[Any], paused: list[_Paused], now: Any
 ) -> list[ApprovalRequest]:
     expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
-    return [
-        ApprovalRequest.objects.create(
-            run=locked,
+    requests = [
+        ApprovalRequest(
+            run=run,
             pause=pause,
             call_id=each.item.call_id or "",
             agent_name=each.item.agent.name if each.item.agent else agent.name,
@@ -249,6 +245,9 @@ def _request_rows(
         )
         for each in paused
     ]
+    for request in requests:
+        columns(ApprovalRequest).insert(request)
+    return requests
 
 
 def _store_state(
@@ -261,19 +260,22 @@ def _store_state(
     mcp_tools: dict[str, Any] | None,
     now: Any,
 ) -> None:
-    AgentRun.objects.filter(pk=run.pk).update(
-        status=status,
-        state=state,
-        state_signature=rows.sign_state(state),
-        state_consumed=False,
-        pause_count=pause,
-        sdk_version=SDK_VERSION,
-        state_schema_version=str(state.get("$schemaVersion", "")),
-        agent_fingerprint=registry.fingerprint(agent, mcp_tools),
-        trace_id=run.trace_id,
-        usage=rows.usage_of(result),
-        streamed_text="",
-        updated=now,
+    columns(AgentRun).update(
+        run.pk,
+        {
+            "status": status,
+            "state": state,
+            "state_signature": rows.sign_state(state),
+            "state_consumed": False,
+            "pause_count": pause,
+            "sdk_version": SDK_VERSION,
+            "state_schema_version": str(state.get("$schemaVersion", "")),
+            "agent_fingerprint": registry.fingerprint(agent, mcp_tools),
+            "trace_id": run.trace_id,
+            "usage": rows.usage_of(result),
+            "streamed_text": "",
+            "updated": now,
+        },
     )
 
 

@@ -7,14 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentsite.db.sql import columns
 from engine.models import AgentRun, RunStatus
-from engine.runs import rows, saving
-from engine.sql import COMPLETION_FIELDS
+from engine.runs import rows
 from tests.factories import make_run, make_user
 
 pytestmark = pytest.mark.django_db
@@ -90,7 +89,7 @@ def test_an_insert_in_plain_sql_stores_what_the_orms_create_stores() -> None:
     assert AgentRun.objects.get(pk=plain.pk).created == plain.created
 
 
-def test_a_completion_writes_each_field_as_an_orm_update_does() -> None:
+def test_an_update_in_plain_sql_writes_each_field_as_the_orms_update_does() -> None:
     run = make_run(status=RunStatus.RUNNING, state={"a": 1}, state_signature="s" * 64)
     twin = make_run(status=RunStatus.RUNNING, state={"a": 1}, state_signature="s" * 64)
     now = timezone.now()
@@ -99,19 +98,27 @@ def test_a_completion_writes_each_field_as_an_orm_update_does() -> None:
         "final_output": "Done. ✓",
         "usage": {"requests": 1, "total_tokens": 7},
         "trace_id": "trace_x",
-        "state": None,
+        "state": None,  # SQL NULL, as the ORM's update writes it
         "state_signature": "",
-        "streamed_text": "",
+        "state_consumed": True,
+        "pause_count": 3,
         "finished": now,
         "updated": now,
     }
-    assert set(changes) == set(COMPLETION_FIELDS)
-    assert saving._complete(run.pk, **changes) is True
-    assert saving._complete(run.pk, **changes) is False  # no longer running: left alone
-    AgentRun.objects.filter(pk=twin.pk).update(**changes)
+    running = {"status": RunStatus.RUNNING}
+
+    assert columns(AgentRun).update(run.pk, changes, where=running) == 1
+    assert columns(AgentRun).update(run.pk, changes, where=running) == 0  # no longer running
+    AgentRun.objects.filter(pk=twin.pk, **running).update(**changes)
 
     plain, orm = values(AgentRun.objects.get(pk=run.pk)), values(AgentRun.objects.get(pk=twin.pk))
     for name in ("id", "conversation_id", "requested_by_id", "created"):
         plain.pop(name), orm.pop(name)
     assert plain == orm
     assert AgentRun.objects.filter(pk=run.pk, state__isnull=True).exists()
+
+
+def test_the_locked_read_of_a_run_says_its_status_and_pause() -> None:
+    run = make_run(status=RunStatus.WAITING, pause_count=4)
+    with transaction.atomic():
+        assert rows.lock_run(run.pk) == (RunStatus.WAITING, 4)
