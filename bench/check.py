@@ -85,24 +85,25 @@ class Verdict:
         ]
 
 
-# Each row's margin: the range (largest − smallest) of its value over five checks on this
-# machine, rounded up to the next hundredth (docs/benchmarks.md, "Issue 28, part 4: the guard").
-# The efficiency's is in its own unit, a fraction (0.05: 5 points).
+# Each row's margin: the range (largest − smallest) of its value over eight checks of this tree
+# on the project's 2-core machine, busy with other sessions' tests (load 2.7-7), so far wider
+# than a quiet machine's (docs/benchmarks.md, "Issue 28, part 4: the guard", has the runs and
+# how to measure them again). The efficiency's is a fraction (0.06: 6 points).
 MARGINS = {
-    "turn": 0.0,
-    "pause": 0.0,
-    "resume": 0.0,
-    "policy": 0.0,
-    "add_items(1)": 0.0,
-    "add_items(10)": 0.0,
-    "add_items(100)": 0.0,
-    "get_items(10)": 0.0,
-    "get_items(1000)": 0.0,
-    "get_items(10000)": 0.0,
-    "pop_item": 0.0,
-    "concurrency(10)": 0.0,
-    "concurrency(100)": 0.0,
-    "tracing": 0.0,
+    "turn": 0.48,
+    "pause": 0.97,
+    "resume": 0.94,
+    "policy": 1.28,
+    "add_items(1)": 0.29,
+    "add_items(10)": 0.38,
+    "add_items(100)": 0.33,
+    "get_items(10)": 0.30,
+    "get_items(1000)": 0.38,
+    "get_items(10000)": 0.12,
+    "pop_item": 0.17,
+    "concurrency(10)": 0.06,
+    "concurrency(100)": 0.67,
+    "tracing": 0.36,
 }
 
 # The goals are issue 28's.
@@ -224,6 +225,10 @@ def run(config: Config, machine: str) -> int:
         f"{load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end)"
     )
     print(f"machine: {machine}\n")
+    if max(load, os.getloadavg()[0]) > (os.cpu_count() or 1):
+        # Measured so (docs/benchmarks.md, "Issue 28, part 4"): ratios then move beyond the
+        # margins, both ways, so a verdict says little.
+        print("note: more runnable processes than cores; the ratios are noisier than the margins\n")
     print(table(found))
     failed = sum(verdict.failed for verdict in found)
     print(f"\n{failed} of {len(found)} rows worse than their goal by more than their margin")
