@@ -7,7 +7,7 @@ The rows are measured by the benchmarks' own functions (`bench/turn.py`, `bench/
 smaller sizes than `python -m bench`, and each ratio is the same statistic as its full row's:
 the median over repeats of each repeat's ratio, ours ÷ the peer's. A row's margin is how far
 that median moved from one check to the next on this 2-core machine (docs/benchmarks.md,
-"Issue 28, part 4"), so a row beyond it is a change, not the machine's noise.
+"Issue 28, part 4"): a row beyond it moved more than the machine's noise did there.
 """
 
 from __future__ import annotations
@@ -129,8 +129,8 @@ CHECKS = tuple(
 
 HEADERS = ("row", "ratio", "goal", "margin", "verdict")
 
-# The read sizes of the check: the full run's 100,000 items take longer to fill than the
-# whole check may.
+# The read sizes of the check: smaller than the full run's (10, 1,000, 100,000), to keep the
+# check near a minute.
 READ_SIZES = (10, 1_000, 10_000)
 
 
