@@ -1,4 +1,8 @@
-"""`python -m bench [--quick] [--only NAME]`: measure agentsite against the SDK, print one table.
+"""`python -m bench [--quick] [--only NAME] [--check]`: measure agentsite against the SDK, print
+one table.
+
+`--check` measures only the rows held to a goal, briefly, each against its goal and margin,
+and exits with 1 when one is worse than both (`bench/check.py`).
 
 The process gets a throwaway SQLite file database, migrated here, the offline settings (no
 model key, so nothing can reach a network) and the benchmark agents of `bench.agents`.
@@ -99,7 +103,14 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="few repeats, small sizes: checks the harness"
     )
     parser.add_argument("--only", choices=sorted(BENCHMARKS), help="run one benchmark")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="the rows with goals, in about a minute; exit 1 if one is worse than goal + margin",
+    )
     args = parser.parse_args(argv)
+    if args.check and (args.quick or args.only):
+        parser.error("--check runs its own rows: not with --quick or --only")
 
     workdir = Path(tempfile.mkdtemp(prefix="agentsite-bench-"))
     started = time.monotonic()
@@ -108,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         from bench import harness
 
         config = harness.Config(quick=args.quick, workdir=workdir)
+        if args.check:
+            from bench import check
+
+            status = check.run(config, machine())
+            harness.close_loop()
+            return status
         rows: list[harness.Row] = []
         names = [args.only] if args.only else list(BENCHMARKS)
         for name in names:

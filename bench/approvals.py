@@ -29,12 +29,27 @@ from channels.layers import get_channel_layer
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus, PolicyAction
 from bench import site, tracing_setup
 from bench.agents import SDK_APPROVAL_AGENT, UNREVIEWED_AGENT
-from bench.harness import Config, Row, Samples, arun, compared, median_of, ms, ratio
+from bench.harness import (
+    Config,
+    Row,
+    Samples,
+    arun,
+    compared,
+    interleave,
+    median_of,
+    ms,
+    ratio,
+)
 from engine import events, runs
 from engine.models import AgentRun, RunStatus
 
 BENCHMARK = "pause and resume"
 REQUEST = "Please refund order 42."
+# What each row's ratio compares, per repeat (the full run's rows and `bench/check.py`).
+STATISTIC = median_of
+
+# Ours ("ours") and the SDK's ("peer") samples of one comparison.
+Pair = dict[str, Samples]
 
 
 def site_cycles(count: int, reviewer: Any) -> tuple[list[float], list[float]]:
@@ -146,13 +161,12 @@ def sdk_unreviewed_turns(count: int, path: Path) -> list[float]:
     return arun(turns())
 
 
-def run(config: Config) -> list[Row]:
-    repeats = config.pick(3, 10)
-    count = config.pick(5, 20)
-    path = config.workdir / "sdk-approvals.sqlite3"
+def pause_and_resume(repeats: int, count: int, path: Path) -> tuple[Pair, Pair]:
+    """The pauses and the resumes of `repeats` interleaved repeats of `count` cycles each,
+    ours ("ours") and the bare SDK's ("peer"), after one unrecorded warm-up each."""
     reviewer = site.reviewer()
-    pause = {"ours": Samples(), "peer": Samples()}
-    resume = {"ours": Samples(), "peer": Samples()}
+    pause: Pair = {"ours": Samples(), "peer": Samples()}
+    resume: Pair = {"ours": Samples(), "peer": Samples()}
     contenders = {
         "ours": lambda: site_cycles(count, reviewer),
         "peer": lambda: sdk_cycles(count, path),
@@ -163,22 +177,37 @@ def run(config: Config) -> list[Row]:
             if repeat:
                 pause[name].repeats.append(pauses)
                 resume[name].repeats.append(resumes)
-    policy: dict[str, Samples] = {"ours": Samples(), "peer": Samples()}
-    turns = {
-        "ours": lambda: site_policy_turns(count),
-        "peer": lambda: sdk_unreviewed_turns(count, path),
-    }
-    for repeat in range(1 + repeats):
-        for name, turn in turns.items():
-            times = turn()
-            if repeat:
-                policy[name].repeats.append(times)
-    durable = Samples(
+    return pause, resume
+
+
+def policy_turns(repeats: int, count: int, path: Path) -> Pair:
+    """Turns approved by a policy ("ours") and the SDK's unreviewed turns ("peer"),
+    interleaved, after one unrecorded warm-up each."""
+    return interleave(
+        {
+            "ours": lambda: site_policy_turns(count),
+            "peer": lambda: sdk_unreviewed_turns(count, path),
+        },
+        repeats,
+    )
+
+
+def durable(pause: Pair, resume: Pair) -> Samples:
+    """The SDK's saved-state approval: its pause and its resume, added per cycle."""
+    return Samples(
         repeats=[
             [a + b for a, b in zip(pauses, resumes, strict=True)]
             for pauses, resumes in zip(pause["peer"].repeats, resume["peer"].repeats, strict=True)
         ]
     )
+
+
+def run(config: Config) -> list[Row]:
+    repeats = config.pick(3, 10)
+    count = config.pick(5, 20)
+    path = config.workdir / "sdk-approvals.sqlite3"
+    pause, resume = pause_and_resume(repeats, count, path)
+    policy = policy_turns(repeats, count, path)
     return [
         _row(
             "pause: interruption → request committed, event published",
@@ -195,7 +224,7 @@ def run(config: Config) -> list[Row]:
         ),
         _row(
             "approved by a policy ÷ the SDK's saved-state approval",
-            {"ours": policy["ours"], "peer": durable},
+            {"ours": policy["ours"], "peer": durable(pause, resume)},
             "ours: as below; peer: the SDK's pause and resume above, added per cycle "
             "(Runner.run to the interruption, to_json, from_json, approve, Runner.run): the same "
             "durable path, with no rule, request, audit or trace",
@@ -217,7 +246,7 @@ def _row(case: str, samples: dict[str, Samples], what: str) -> Row:
         case,
         f"p50 {ms(ours.percentile(50))}, p99 {ms(ours.percentile(99))}",
         f"p50 {ms(peer.percentile(50))}, p99 {ms(peer.percentile(99))}",
-        ratio(ours, peer, median_of),
+        ratio(ours, peer, STATISTIC),
         f"{what}. Ratio: median time, ours ÷ the SDK's; p50/p99 over all "
         f"{len(ours.flat())} samples each",
     )

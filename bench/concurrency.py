@@ -117,9 +117,9 @@ def run(config: Config) -> list[Row]:
     return rows
 
 
-def measure(config: Config, count: int) -> list[Row]:
-    repeats = config.pick(2, 5)
-    path = config.workdir / "sdk-concurrency.sqlite3"
+def walls(count: int, repeats: int, path: Path) -> tuple[dict[str, Samples], Observed, Observed]:
+    """The wall times of `count` runs at once, ours ("ours") and the bare SDK's ("peer"),
+    interleaved; with what was observed over each."""
     mine, theirs = Observed(), Observed()
     samples = interleave(
         {
@@ -128,7 +128,17 @@ def measure(config: Config, count: int) -> list[Row]:
         },
         repeats,
     )
-    ideal = Samples([[IDEAL] for _ in range(repeats)])
+    return samples, mine, theirs
+
+
+def ideal(samples: Samples) -> Samples:
+    """The ideal wall time, once for each repeat of `samples`."""
+    return Samples([[IDEAL] for _ in samples.repeats])
+
+
+def measure(config: Config, count: int) -> list[Row]:
+    repeats = config.pick(2, 5)
+    samples, mine, theirs = walls(count, repeats, config.workdir / "sdk-concurrency.sqlite3")
     ours, peer = samples["ours"], samples["peer"]
     waited = sum(mine.waits) / ((repeats + 1) * count)  # the warm-up's runs waited too
     longest = max(mine.waits, default=0.0)
@@ -138,7 +148,7 @@ def measure(config: Config, count: int) -> list[Row]:
             f"{count} concurrent runs, agentsite: wall ÷ ideal",
             f"{_wall(ours)} ({_efficiency(ours)})",
             f"ideal {IDEAL:.2f} s",
-            ratio(ours, ideal),
+            ratio(ours, ideal(ours)),
             f"{count} runs through the in-process executor at once, each 2 model calls of "
             f"{SLOW_LATENCY * 1000:.0f} ms; efficiency = ideal ÷ wall. CPU busy "
             f"{mine.cpu_share()} over the wall. SQLite writers waited {waited * 1000:.1f} ms "
@@ -151,7 +161,7 @@ def measure(config: Config, count: int) -> list[Row]:
             f"{count} concurrent runs, bare SDK: wall ÷ ideal",
             f"{_wall(peer)} ({_efficiency(peer)})",
             f"ideal {IDEAL:.2f} s",
-            ratio(peer, ideal),
+            ratio(peer, ideal(peer)),
             f"the same {count} runs as Runner.run calls gathered on one loop, a SQLiteSession "
             f"each (one file): what the SDK itself achieves here. CPU busy {theirs.cpu_share()} "
             "over the wall",

@@ -237,10 +237,15 @@ HEADERS = ("benchmark", "case", "agentsite", "peer", "ratio ours/peer [IQR]", "g
 
 def table(rows: list[Row]) -> str:
     """A Markdown table: readable in a terminal, and pasted as is into docs/benchmarks.md."""
-    cells = [list(HEADERS)] + [
-        [r.benchmark, r.case, r.ours, r.peer, r.ratio, r.goal, r.meaning] for r in rows
-    ]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(HEADERS))]
+    return markdown(
+        HEADERS, [[r.benchmark, r.case, r.ours, r.peer, r.ratio, r.goal, r.meaning] for r in rows]
+    )
+
+
+def markdown(headers: Iterable[str], lines: Iterable[list[str]]) -> str:
+    """`lines` of cells under `headers`, as a Markdown table with aligned columns."""
+    cells = [list(headers), *lines]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
 
     def line(values: list[str]) -> str:
         return "| " + " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)) + " |"

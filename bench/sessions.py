@@ -39,6 +39,8 @@ from conversations.session import DjangoSession
 BENCHMARK = "session store"
 AS_FAST = Goal(1.0, "≤ 1.0× (as fast as SQLiteSession)")
 FLAT = Goal(1.25, "≤ 1.25× (flat)")
+# The contenders of a write: DjangoSession, then the SDK's stores (their names: Stores.open).
+ALL = ("ours", "peer", "relaxed", "sqlalchemy")
 
 TURN_ITEMS: list[dict[str, Any]] = [
     {"role": "user", "content": "Where is my order 7? It was due yesterday."},
@@ -127,6 +129,17 @@ class Stores:
         _fill_sdk_tables(self.sqlalchemy_path, session_id, fill)
         return session
 
+    def open(self, store: str, session_id: str, fill: int = 0) -> SessionABC:
+        """One of the stores by its contender's name: "ours", "peer" (SQLiteSession),
+        "relaxed" (synchronous=NORMAL), "sqlalchemy"."""
+        opener = {
+            "ours": self.django,
+            "peer": self.sqlite,
+            "relaxed": self.relaxed,
+            "sqlalchemy": self.sqlalchemy,
+        }[store]
+        return opener(session_id, fill)
+
     def close(self) -> None:
         if self._engine is not None:
             arun(self._engine.dispose())
@@ -157,6 +170,49 @@ def popping(session: SessionABC, count: int) -> Contender:
     return lambda: arun(atimed(session.pop_item, count))
 
 
+def appends(
+    stores: Stores, size: int, count: int, repeats: int, contenders: tuple[str, ...] = ALL
+) -> dict[str, Samples]:
+    """`add_items` of `size` items, `count` calls a repeat, into a growing conversation of
+    each store named in `contenders`."""
+    batch = items(size)
+    return interleave(
+        {name: adding(stores.open(name, f"add-{size}"), batch, count) for name in contenders},
+        repeats,
+    )
+
+
+def reads(
+    stores: Stores,
+    sizes: tuple[int, ...],
+    count: int,
+    repeats: int,
+    contenders: tuple[str, ...] = ("ours", "peer", "sqlalchemy"),
+) -> dict[str, Samples]:
+    """`get_items(limit=20)`, `count` calls a repeat, from a conversation of each size in
+    each store named in `contenders`; the samples are named "<store>-<size>"."""
+    return interleave(
+        {
+            f"{name}-{size}": reading(stores.open(name, f"get-{size}", fill=size), count)
+            for size in sizes
+            for name in contenders
+        },
+        repeats,
+    )
+
+
+def pops(
+    stores: Stores, count: int, repeats: int, contenders: tuple[str, ...] = ALL
+) -> dict[str, Samples]:
+    """`pop_item`, `count` calls a repeat, from a conversation of each store named in
+    `contenders` that has plenty."""
+    needed = (repeats + 1) * count + 100
+    return interleave(
+        {name: popping(stores.open(name, "pop", fill=needed), count) for name in contenders},
+        repeats,
+    )
+
+
 def run(config: Config) -> list[Row]:
     repeats = config.pick(3, 15)
     stores = Stores(config)
@@ -168,31 +224,14 @@ def run(config: Config) -> list[Row]:
         (10, config.pick(8, 40)),
         (100, config.pick(3, 12)),
     ):
-        batch = items(size)
-        samples = interleave(
-            {
-                "ours": adding(stores.django(f"add-{size}"), batch, count),
-                "peer": adding(stores.sqlite(f"add-{size}"), batch, count),
-                "relaxed": adding(stores.relaxed(f"add-{size}"), batch, count),
-                "sqlalchemy": adding(stores.sqlalchemy(f"add-{size}"), batch, count),
-            },
-            repeats,
-        )
+        samples = appends(stores, size, count, repeats)
         rows.append(_row(f"add_items({size})", samples, f"appending {size} item(s) in one call"))
         rows.append(_relaxed_row(f"add_items({size})", samples))
         rows.append(_sqlalchemy_row(f"add_items({size})", samples))
 
     # get_items(limit=20): the last 20 items, from ever longer conversations.
     sizes = config.pick((10, 1_000, 10_000), (10, 1_000, 100_000))
-    count = config.pick(10, 60)
-    contenders = {}
-    for size in sizes:
-        contenders[f"ours-{size}"] = reading(stores.django(f"get-{size}", fill=size), count)
-        contenders[f"peer-{size}"] = reading(stores.sqlite(f"get-{size}", fill=size), count)
-        contenders[f"sqlalchemy-{size}"] = reading(
-            stores.sqlalchemy(f"get-{size}", fill=size), count
-        )
-    samples = interleave(contenders, repeats)
+    samples = reads(stores, sizes, config.pick(10, 60), repeats)
     for size in sizes:
         rows.append(
             _row(
@@ -227,17 +266,7 @@ def run(config: Config) -> list[Row]:
         )
 
     # pop_item: remove the newest item, from a conversation that has plenty.
-    count = config.pick(10, 40)
-    needed = (repeats + 1) * count + 100
-    samples = interleave(
-        {
-            "ours": popping(stores.django("pop", fill=needed), count),
-            "peer": popping(stores.sqlite("pop", fill=needed), count),
-            "relaxed": popping(stores.relaxed("pop", fill=needed), count),
-            "sqlalchemy": popping(stores.sqlalchemy("pop", fill=needed), count),
-        },
-        repeats,
-    )
+    samples = pops(stores, config.pick(10, 40), repeats)
     rows.append(_row("pop_item()", samples, "removing and returning the newest item"))
     rows.append(_relaxed_row("pop_item()", samples))
     rows.append(_sqlalchemy_row("pop_item()", samples))

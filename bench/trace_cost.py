@@ -107,18 +107,23 @@ def run(config: Config) -> list[Row]:
     return turn_cost(config, processors, words) + throughput(config, processors)
 
 
+def turn_samples(
+    repeats: int, count: int, processors: list[TracingProcessor], *, noop: bool = True
+) -> dict[str, Samples]:
+    """`count` turns a repeat through agentsite with `processors` ("exporter"), with tracing
+    disabled ("untraced") and, if `noop`, with the SDK's batching alone ("noop"), interleaved."""
+    contenders: dict[str, Callable[[], list[float]]] = {
+        "exporter": lambda: site_turns(count, processors)
+    }
+    if noop:
+        batching: list[TracingProcessor] = [BatchTraceProcessor(tracing_setup.NoOpExporter())]
+        contenders["noop"] = lambda: _without_site_recording(lambda: site_turns(count, batching))
+    contenders["untraced"] = lambda: site_turns(count, [], tracing=False)
+    return interleave(contenders, repeats)
+
+
 def turn_cost(config: Config, processors: list[TracingProcessor], words: str) -> list[Row]:
-    repeats = config.pick(3, 15)
-    count = config.pick(5, 20)
-    noop: list[TracingProcessor] = [BatchTraceProcessor(tracing_setup.NoOpExporter())]
-    samples = interleave(
-        {
-            "exporter": lambda: site_turns(count, processors),
-            "noop": lambda: _without_site_recording(lambda: site_turns(count, noop)),
-            "untraced": lambda: site_turns(count, [], tracing=False),
-        },
-        repeats,
-    )
+    samples = turn_samples(config.pick(3, 15), config.pick(5, 20), processors)
     untraced = samples["untraced"]
     return [
         compared(

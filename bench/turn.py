@@ -18,7 +18,7 @@ from agents.tracing.processor_interface import TracingProcessor
 
 from bench import site, tracing_setup
 from bench.agents import SDK_TOOL_AGENT
-from bench.harness import Config, Goal, Row, arun, interleave, mean_and_median
+from bench.harness import Config, Goal, Row, Samples, arun, interleave, mean_and_median
 from engine import runs
 from engine.models import AgentRun, RunStatus
 
@@ -76,10 +76,9 @@ def sdk_turns(
     return arun(turns())
 
 
-def run(config: Config) -> list[Row]:
-    repeats = config.pick(3, 15)
-    count = config.pick(5, 20)
-    path = config.workdir / "sdk-turns.sqlite3"
+def measure(repeats: int, count: int, path: Path) -> tuple[dict[str, Samples], str]:
+    """`repeats` interleaved repeats of `count` turns each, ours ("ours") and the bare SDK's
+    ("peer"); with the words that say how agentsite's turns were traced."""
     processors, tracing_words = tracing_setup.site_processors()
     samples = interleave(
         {
@@ -87,6 +86,13 @@ def run(config: Config) -> list[Row]:
             "peer": lambda: sdk_turns(count, path),
         },
         repeats,
+    )
+    return samples, tracing_words
+
+
+def run(config: Config) -> list[Row]:
+    samples, tracing_words = measure(
+        config.pick(3, 15), config.pick(5, 20), config.workdir / "sdk-turns.sqlite3"
     )
     return mean_and_median(
         BENCHMARK,
