@@ -146,13 +146,14 @@ class SessionStore(SessionABC):
         else:
             rows = _fetch(statements().last_items, [*where, limit])
             rows.reverse()
-        return [_loaded(value) for (value,) in rows]
+        return faithful.decode_texts([value for (value,) in rows])
 
     def _items_with_turns_sync(self, limit: int) -> list[tuple[int, TResponseInputItem]]:
         where = [*of_branch(self.session_id, self._branch), limit]
         rows = _fetch(statements().last_items_with_turns, where)
         rows.reverse()
-        return [(turn, _loaded(value)) for value, turn in rows]
+        loaded = faithful.decode_texts([value for value, _ in rows])
+        return [(turn, item) for (_, turn), item in zip(rows, loaded, strict=True)]
 
     def _add_items_sync(
         self,
@@ -380,10 +381,10 @@ def _texts(items: list[TResponseInputItem]) -> list[str]:
     """Each item as the JSON text to store, any text in it kept (`agentsite.db.faithful`);
     NaN or Infinity, which JSON cannot hold, refuse the whole batch before anything is
     written, naming the item."""
-    texts = []
+    texts, encode = [], faithful.TextEncoder()
     for n, item in enumerate(items, start=1):
         try:
-            texts.append(faithful.encode_text(item))
+            texts.append(encode(item))
         except ValueError as exc:
             raise ValueError(
                 f"Session item {n} of {len(items)} cannot be stored: it holds NaN or Infinity, "
