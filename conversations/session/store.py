@@ -36,7 +36,7 @@ from conversations.models import (
     SessionItem,
     TurnUsage,
 )
-from conversations.sql import of_branch, statements
+from conversations.sql import INSERT_ROWS_MAX, insert_items, of_branch, statements
 
 # The largest turn number a query may name (PostgreSQL's integer); beyond, no turn exists.
 MAX_TURN = 2**31 - 1
@@ -172,16 +172,14 @@ class SessionStore(SessionABC):
         if lean is not None and self._conversation_pk is not None:
             # SQLite, the conversation known: the statements straight on the driver.
             now = connection.ops.adapt_datetimefield_value(timezone.now())
+            pk = self._conversation_pk
             with lean as cursor:
-                touched = cursor.execute(
-                    sql.touch_by_pk, [now, self._conversation_pk, self.session_id, self._branch]
-                ).fetchone()
-                if touched is not None:
-                    current, newest = touched
+                if cursor.execute(sql.lean_touch, [now, pk, self.session_id]).rowcount == 1:
+                    current, newest = cursor.execute(
+                        sql.lean_branch_and_turn, [self._branch, pk]
+                    ).fetchone()
                     branch = self._branch or current
-                    cursor.executemany(
-                        sql.insert_item, rows(self._conversation_pk, branch, newest, now)
-                    )
+                    _insert_lean(cursor, texts, structures, pk, branch, newest, now)
                     return
             # Deleted meanwhile (nothing was written): the general path recreates it.
         with transaction.atomic(), connection.cursor() as cursor:
@@ -375,6 +373,30 @@ def _item_rows(
         turn += kind == "user"
         made.append((pk, branch, turn, kind, tool, text, now))
     return made
+
+
+def _insert_lean(
+    cursor: Any,
+    texts: list[str],
+    structures: list[tuple[str, str | None]],
+    pk: int,
+    branch: str,
+    newest: int | None,
+    now: Any,
+) -> None:
+    """SQLite's append of the rows `_item_rows` makes, in statements of 64, 32, ..., 1 rows
+    (`conversations.sql.insert_items`), in order."""
+    turn, done, total = newest or 0, 0, len(texts)
+    while done < total:
+        count = min(INSERT_ROWS_MAX, 1 << ((total - done).bit_length() - 1))
+        params: list[Any] = [pk, branch, now]
+        for text, (kind, tool) in zip(
+            texts[done : done + count], structures[done : done + count], strict=True
+        ):
+            turn += kind == "user"
+            params += (turn, kind, tool, text)
+        cursor.execute(insert_items(count), params)
+        done += count
 
 
 def _texts(items: list[TResponseInputItem]) -> list[str]:
