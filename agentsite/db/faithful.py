@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from json.encoder import c_make_encoder, encode_basestring_ascii
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from django.db import models
@@ -104,6 +104,8 @@ class TextEncoder:
 def _strict_encoder() -> Callable[[Any], str]:
     """What `json.dumps(value, allow_nan=False)` does for one value, set up once: the C
     encoder it makes on each call (the same arguments), else (no C accelerator) its own."""
+    # The module's own name for its C accelerator (None without it); not in typeshed.
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
     if c_make_encoder is None:
         return json.JSONEncoder(allow_nan=False).encode
     base = json.JSONEncoder(allow_nan=False)
