@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from typing import Any, cast
 
 from agents import SQLiteSession
@@ -33,6 +34,7 @@ from bench.harness import (
     ops_per_second,
     ratio,
 )
+from conversations.items import structure
 from conversations.models import Conversation, SessionItem
 from conversations.session import DjangoSession
 
@@ -104,8 +106,7 @@ class Stores:
                     session_id=session_id, agent_name="bench_tool"
                 )
                 SessionItem.objects.bulk_create(
-                    (SessionItem(conversation=conversation, payload=item) for item in items(fill)),
-                    batch_size=5000,
+                    _rows_as_appended(conversation, fill), batch_size=5000
                 )
         return DjangoSession(session_id)
 
@@ -144,6 +145,24 @@ class Stores:
         if self._engine is not None:
             arun(self._engine.dispose())
             self._engine = None
+
+
+def _rows_as_appended(conversation: Conversation, fill: int) -> Iterator[SessionItem]:
+    """The rows `add_items` would have written for `items(fill)`: each with its message type,
+    tool name and turn (a user message starts the next). Without them every row was in turn
+    0 with no type, a conversation no append makes, and each pop took the path of an item
+    before any user message (a second statement, for turn 0's usage)."""
+    turn = 0
+    for item in items(fill):
+        message_type, tool_name = structure(item)
+        turn += message_type == "user"
+        yield SessionItem(
+            conversation=conversation,
+            payload=item,
+            message_type=message_type,
+            tool_name=tool_name,
+            turn=turn,
+        )
 
 
 def _fill_sdk_tables(path: Any, session_id: str, fill: int) -> None:

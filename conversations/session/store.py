@@ -36,7 +36,7 @@ from conversations.models import (
     SessionItem,
     TurnUsage,
 )
-from conversations.sql import of_branch, statements
+from conversations.sql import INSERT_ROWS_MAX, insert_items, of_branch, statements
 
 # The largest turn number a query may name (PostgreSQL's integer); beyond, no turn exists.
 MAX_TURN = 2**31 - 1
@@ -146,13 +146,14 @@ class SessionStore(SessionABC):
         else:
             rows = _fetch(statements().last_items, [*where, limit])
             rows.reverse()
-        return [_loaded(value) for (value,) in rows]
+        return faithful.decode_texts([value for (value,) in rows])
 
     def _items_with_turns_sync(self, limit: int) -> list[tuple[int, TResponseInputItem]]:
         where = [*of_branch(self.session_id, self._branch), limit]
         rows = _fetch(statements().last_items_with_turns, where)
         rows.reverse()
-        return [(turn, _loaded(value)) for value, turn in rows]
+        loaded = faithful.decode_texts([value for value, _ in rows])
+        return [(turn, item) for (_, turn), item in zip(rows, loaded, strict=True)]
 
     def _add_items_sync(
         self,
@@ -171,16 +172,14 @@ class SessionStore(SessionABC):
         if lean is not None and self._conversation_pk is not None:
             # SQLite, the conversation known: the statements straight on the driver.
             now = connection.ops.adapt_datetimefield_value(timezone.now())
+            pk = self._conversation_pk
             with lean as cursor:
-                touched = cursor.execute(
-                    sql.touch_by_pk, [now, self._conversation_pk, self.session_id, self._branch]
-                ).fetchone()
-                if touched is not None:
-                    current, newest = touched
+                if cursor.execute(sql.lean_touch, [now, pk, self.session_id]).rowcount == 1:
+                    current, newest = cursor.execute(
+                        sql.lean_branch_and_turn, [self._branch, pk]
+                    ).fetchone()
                     branch = self._branch or current
-                    cursor.executemany(
-                        sql.insert_item, rows(self._conversation_pk, branch, newest, now)
-                    )
+                    _insert_lean(cursor, texts, structures, pk, branch, newest, now)
                     return
             # Deleted meanwhile (nothing was written): the general path recreates it.
         with transaction.atomic(), connection.cursor() as cursor:
@@ -376,14 +375,38 @@ def _item_rows(
     return made
 
 
+def _insert_lean(
+    cursor: Any,
+    texts: list[str],
+    structures: list[tuple[str, str | None]],
+    pk: int,
+    branch: str,
+    newest: int | None,
+    now: Any,
+) -> None:
+    """SQLite's append of the rows `_item_rows` makes, in statements of 64, 32, ..., 1 rows
+    (`conversations.sql.insert_items`), in order."""
+    turn, done, total = newest or 0, 0, len(texts)
+    while done < total:
+        count = min(INSERT_ROWS_MAX, 1 << ((total - done).bit_length() - 1))
+        params: list[Any] = [pk, branch, now]
+        for text, (kind, tool) in zip(
+            texts[done : done + count], structures[done : done + count], strict=True
+        ):
+            turn += kind == "user"
+            params += (turn, kind, tool, text)
+        cursor.execute(insert_items(count), params)
+        done += count
+
+
 def _texts(items: list[TResponseInputItem]) -> list[str]:
     """Each item as the JSON text to store, any text in it kept (`agentsite.db.faithful`);
     NaN or Infinity, which JSON cannot hold, refuse the whole batch before anything is
     written, naming the item."""
-    texts = []
+    texts, encode = [], faithful.TextEncoder()
     for n, item in enumerate(items, start=1):
         try:
-            texts.append(faithful.encode_text(item))
+            texts.append(encode(item))
         except ValueError as exc:
             raise ValueError(
                 f"Session item {n} of {len(items)} cannot be stored: it holds NaN or Infinity, "

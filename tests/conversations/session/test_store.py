@@ -226,3 +226,30 @@ async def test_a_second_turn_sees_the_first_through_the_session() -> None:
     stored = await session.get_items()
     assert len(stored) == 6
     assert stored[-1]["role"] == "assistant"
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 63, 64, 65, 100, 130])
+async def test_a_batch_of_any_size_is_stored_in_order_numbered_and_typed(size: int) -> None:
+    # SQLite writes a batch in statements of 64, 32, ..., 1 rows: every size reads back whole.
+    session = DjangoSession(f"batch-{size}")
+    await session.add_items([user_message("before")])
+    await session.add_items([user_message("known")])  # the cached conversation from here on
+    batch = [
+        user_message(f"u{n}") if n % 3 == 0 else {"type": "function_call_output", "output": n}
+        for n in range(size)
+    ]
+    await session.add_items(batch)
+
+    assert await session.get_items() == [user_message("before"), user_message("known"), *batch]
+    rows = [
+        (row.turn, row.message_type, row.payload)
+        async for row in SessionItem.objects.filter(conversation__session_id=f"batch-{size}")
+        .order_by("id")
+        .only("turn", "message_type", "payload")
+    ]
+    turn, expected = 2, []
+    for item in batch:
+        turn += item.get("role") == "user"
+        kind = "user" if item.get("role") == "user" else "function_call_output"
+        expected.append((turn, kind, item))
+    assert rows[2:] == expected
