@@ -36,6 +36,8 @@ class Statements:
     # column of each, in the order of `runs`, `conversations`, `people` (turn overhead: the
     # ORM's `select_related(...).get()` of them cost 0.9 ms a claim, the statement 0.05 ms).
     load_run: str
+    # The same, the run's row locked FOR NO KEY UPDATE on PostgreSQL (a decision).
+    load_run_locked: str
     # Params: run id. The run's status and pause count, its row locked FOR NO KEY UPDATE on
     # PostgreSQL (SQLite's write transaction holds the database) (pause and resume).
     lock_run: str
@@ -70,15 +72,18 @@ def statements() -> Statements:
     runs_columns = columns(AgentRun)
     conversations, people = columns(Conversation), columns(get_user_model())
     run_pk = qualified(AgentRun, AgentRun._meta.pk.name)
+    load_run = (
+        f"SELECT {runs_columns.select}, {conversations.select}, {people.select} "
+        f"FROM {runs} INNER JOIN {conversations.table} "
+        f"ON {qualified(AgentRun, 'conversation')} = "
+        f"{conversations.table}.{conversations.pk_column} "
+        f"LEFT OUTER JOIN {people.table} ON {qualified(AgentRun, 'requested_by')} = "
+        f"{people.table}.{people.pk_column} WHERE {run_pk} = %s"
+    )
     return Statements(
-        load_run=(
-            f"SELECT {runs_columns.select}, {conversations.select}, {people.select} "
-            f"FROM {runs} INNER JOIN {conversations.table} "
-            f"ON {qualified(AgentRun, 'conversation')} = "
-            f"{conversations.table}.{conversations.pk_column} "
-            f"LEFT OUTER JOIN {people.table} ON {qualified(AgentRun, 'requested_by')} = "
-            f"{people.table}.{people.pk_column} WHERE {run_pk} = %s"
-        ),
+        load_run=load_run,
+        load_run_locked=load_run
+        + (f" FOR NO KEY UPDATE OF {runs}" if connection.vendor == "postgresql" else ""),
         lock_run=(
             f"SELECT {status}, {column(AgentRun, 'pause_count')} FROM {runs} WHERE {run_pk} = %s"
             + (" FOR NO KEY UPDATE" if connection.vendor == "postgresql" else "")

@@ -14,9 +14,9 @@ from typing import Any
 from agents.tracing import gen_span_id
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, Value, When
 from django.utils import timezone
 
+from agentsite.db.sql import columns
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
 from engine.models import AgentRun, RunStatus
 from tracing import redaction
@@ -146,7 +146,7 @@ def record_decision(
     try:
         with transaction.atomic():
             _upsert_trace(_fields(run, run.status), TraceStatus.RUNNING, follow=False)
-            Span.objects.create(
+            span = Span(
                 span_id=gen_span_id(),
                 trace_id=run.trace_id,
                 parent_id=_agent_span_id(run.trace_id, request.agent_name),
@@ -176,6 +176,7 @@ def record_decision(
                     },
                 },
             )
+            columns(Span).insert(span)
     except Exception:
         logger.exception(
             "Tracing: the decision on request %s was not added to its trace", request.pk
@@ -212,7 +213,7 @@ def _record_ending(
             if row is None or not row["trace_id"]:
                 return
             _upsert_trace(row, status, follow=False)
-            Span.objects.create(
+            span = Span(
                 span_id=gen_span_id(),
                 trace_id=row["trace_id"],
                 parent_id=_agent_span_id(row["trace_id"], row["agent_name"]),
@@ -222,6 +223,7 @@ def _record_ending(
                 ended_at=at,
                 span_data={"type": "custom", "name": name, "data": data()},
             )
+            columns(Span).insert(span)
     except Exception:
         logger.exception("Tracing: the %s of run %s was not added to its trace", what, run_id)
 
@@ -293,8 +295,7 @@ def _upsert_trace(
 
 def _agent_span_id(trace_id: str, agent_name: str) -> str | None:
     """The first agent span of the trace, preferring one of the agent that asked."""
-    spans = Span.objects.filter(trace_id=trace_id, span_type="agent")
-    first = spans.order_by(
-        Case(When(name=agent_name, then=Value(0)), default=Value(1)), "started_at", "pk"
-    )
-    return first.values_list("span_id", flat=True).first()
+    with connection.cursor() as cursor:
+        cursor.execute(statements().first_agent_span, [trace_id, agent_name])
+        row = cursor.fetchone()
+    return str(row[0]) if row else None

@@ -73,6 +73,10 @@ class Statements:
     # overhead: it runs in every completion).
     follow_run: str
     follow_run_params: tuple[Any, ...]
+    # Params: trace id, agent name. The trace's first agent span, one of that agent first
+    # (the parent of a decision's span; pause and resume: the ORM's query with its CASE
+    # ordering cost most of a decision's span).
+    first_agent_span: str
 
     def update_trace_row(self, updated: Any, trace_id: str) -> tuple[Any, ...]:
         return (updated, *self.update_trace_params, trace_id)
@@ -142,7 +146,14 @@ def statements() -> Statements:
     followed, followed_params = _status_sql(RawSQL(f"EXCLUDED.{column(Trace, 'status')}", ()))
     assert Span._meta.pk is not None and AgentRun._meta.pk is not None
     run_pk = qualified(AgentRun, AgentRun._meta.pk.name)
+    span_type, span_name = qualified(Span, "span_type"), qualified(Span, "name")
     return Statements(
+        first_agent_span=(
+            f"SELECT {qualified(Span, 'span_id')} FROM {spans} "
+            f"WHERE {qualified(Span, 'trace')} = %s AND {span_type} = 'agent' "
+            f"ORDER BY CASE WHEN {span_name} = %s THEN 0 ELSE 1 END, "
+            f"{qualified(Span, 'started_at')}, {qualified(Span, 'id')} LIMIT 1"
+        ),
         upsert_traces=_insert(Trace, TRACE_FIELDS, OnConflict.UPDATE),
         insert_placeholders=_insert(Trace, TRACE_FIELDS, OnConflict.IGNORE),
         insert_spans=_insert(Span, SPAN_FIELDS, OnConflict.IGNORE),

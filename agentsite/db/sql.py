@@ -92,6 +92,22 @@ class Columns:
             row[index] = value
         return self.model.from_db(connection.alias, self.attnames, row)
 
+    def get(self, pk: Any) -> Any:
+        """`objects.get(pk=pk)`, in one plain statement (raising the model's DoesNotExist)."""
+        found = self.where(f"{self.table}.{self.pk_column} = %s", [pk])
+        if not found:
+            raise self.model.DoesNotExist(f"No {self.model.__name__} {pk}.")  # type: ignore[attr-defined]
+        return found[0]
+
+    def where(self, condition: str, params: Sequence[Any], then: str = "") -> list[Any]:
+        """The instances of the rows that meet `condition` (SQL on this table's quoted
+        columns), `then` (e.g. an ORDER BY) after it."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {self.select} FROM {self.table} WHERE {condition} {then}", params
+            )
+            return [self.load(row) for row in cursor.fetchall()]
+
     def prepared(self, name: str, value: Any) -> Any:
         """`value` as the field `name` writes it."""
         return self._by_name[name].get_db_prep_save(value, connection)

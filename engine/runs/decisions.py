@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agentsite.db.sql import columns
 from approvals.models import (
     ApprovalDecision,
     ApprovalPolicy,
@@ -341,7 +342,7 @@ def record_decision(
         decidable = requests.pending() if kind in TAKEN_WHILE_PENDING else requests.open(now)
         if decidable.update(status=status, decided_at=now, decided_by=reviewer) != 1:
             _refuse(request_id, now)
-        decision = ApprovalDecision.objects.create(
+        decision = ApprovalDecision(
             request_id=request_id,
             reviewer=reviewer,
             approved=kind.approves,
@@ -353,6 +354,7 @@ def record_decision(
             kind=kind,
             **edit,
         )
+        columns(ApprovalDecision).insert(decision)
         _announce(current, run, decision, reviewer, now)
     return decision
 
@@ -360,16 +362,14 @@ def record_decision(
 def _locked(request_id: int) -> tuple[ApprovalRequest, AgentRun]:
     """The request, and its run locked: deciders of one run queue here, so the last decision
     of a pause always sees the others and exactly one of them claims the run."""
-    current = ApprovalRequest.objects.select_related("run").get(pk=request_id)
+    current = columns(ApprovalRequest).get(request_id)
     # FOR NO KEY UPDATE, as strong as the decision's own UPDATE of the run: FOR UPDATE would
     # also hold off every check of a foreign key to the run (the exporter's write of the
     # run's trace checks one at its commit, holding the trace's row this transaction writes
-    # next: a deadlock on PostgreSQL, a 500 for a loser or a trace write lost).
-    run = (
-        AgentRun.objects.select_for_update(of=("self",), no_key=True)
-        .select_related("conversation")
-        .get(pk=current.run_id)
-    )
+    # next: a deadlock on PostgreSQL, a 500 for a loser or a trace write lost). In plain
+    # statements (`agentsite.db.sql.Columns`): the ORM's compilation of these wide rows cost
+    # more than a millisecond of every decision.
+    run = rows.load_run(current.run_id, lock=True)
     current.run = run
     return current, run
 
@@ -504,7 +504,9 @@ def _refuse(request_id: int, now: Any) -> None:
 def _claim_for_resume(run: AgentRun, pause: int) -> bool:
     if ApprovalRequest.objects.of_pause(run, pause).pending().exists():
         return False
-    claimed = AgentRun.objects.filter(
-        pk=run.pk, status=RunStatus.WAITING, pause_count=pause
-    ).update(status=RunStatus.RESUMING, updated=timezone.now())
+    claimed = columns(AgentRun).update(
+        run.pk,
+        {"status": RunStatus.RESUMING, "updated": timezone.now()},
+        where={"status": RunStatus.WAITING, "pause_count": pause},
+    )
     return claimed == 1

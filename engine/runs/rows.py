@@ -94,12 +94,13 @@ def claim_sync(run_id: int, expected: str) -> AgentRun | None:
     return load_run(run_id)
 
 
-def load_run(run_id: int) -> AgentRun:
+def load_run(run_id: int, *, lock: bool = False) -> AgentRun:
     """The run with its conversation and requester, as `select_related` loads them, in one
-    plain statement (`engine.sql`: the ORM's compilation cost most of a claim)."""
+    plain statement (`engine.sql`: the ORM's compilation cost most of a claim); with `lock`,
+    in a transaction, its row locked FOR NO KEY UPDATE until the transaction ends."""
     sql = statements()
     with connection.cursor() as cursor:
-        cursor.execute(sql.load_run, [run_id])
+        cursor.execute(sql.load_run_locked if lock else sql.load_run, [run_id])
         row = cursor.fetchone()
     if row is None:
         raise AgentRun.DoesNotExist(f"No run {run_id}.")

@@ -12,9 +12,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentsite.db.sql import columns
+from approvals.models import ApprovalRequest
 from engine.models import AgentRun, RunStatus
 from engine.runs import rows
-from tests.factories import make_run, make_user
+from tests.factories import make_request, make_run, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -122,3 +123,11 @@ def test_the_locked_read_of_a_run_says_its_status_and_pause() -> None:
     run = make_run(status=RunStatus.WAITING, pause_count=4)
     with transaction.atomic():
         assert rows.lock_run(run.pk) == (RunStatus.WAITING, 4)
+
+
+def test_a_get_in_plain_sql_is_the_orms_get() -> None:
+    request = make_request(arguments={"order": 42, "note": "é\u2028"}, verdict={"action": "ask"})
+    loaded = columns(ApprovalRequest).get(request.pk)
+    assert values(loaded) == values(ApprovalRequest.objects.get(pk=request.pk))
+    with pytest.raises(ApprovalRequest.DoesNotExist):
+        columns(ApprovalRequest).get(10**9)
