@@ -167,6 +167,17 @@ def no_cached_rules() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def no_cached_email_optins() -> Iterator[None]:
+    """Whether anybody wants email (`notifications.outbox.anyone_opted_in`) is a test's own:
+    its preferences go with its database, whose rollback sends no signal."""
+    from notifications import outbox
+
+    outbox.forget_opted_in()
+    yield
+    outbox.forget_opted_in()
+
+
+@pytest.fixture(autouse=True)
 def no_job_left_running() -> Iterator[None]:
     """A run job a test set going on the in-process executor (a decision resumes its run, a
     message starts one) ends before the test's database is emptied: one still writing then

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from agentsite.db.hops import db_hop
+from agentsite.db.sql import columns, placeholders, qualified
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, arguments_hash
 from engine import calls as paused_calls
 from engine import context as run_context
@@ -129,9 +130,29 @@ def _requester_gone(context: run_context.RunContext) -> str:
 
 
 def _requests_with_decisions(run: AgentRun) -> dict[str, tuple[ApprovalRequest, ApprovalDecision]]:
+    """The pause's requests, each with its latest decision: two plain statements, not one
+    query a request (`agentsite.db.sql.Columns`; resume: they cost 1.7 ms through the ORM)."""
+    requests, decisions = columns(ApprovalRequest), columns(ApprovalDecision)
+    of_pause = requests.where(
+        f"{qualified(ApprovalRequest, 'run')} = %s AND {qualified(ApprovalRequest, 'pause')} = %s",
+        [run.pk, run.pause_count],
+        f"ORDER BY {qualified(ApprovalRequest, 'id')}",
+    )
+    latest: dict[int, ApprovalDecision] = {}
+    if of_pause:
+        for decision in decisions.where(
+            f"{qualified(ApprovalDecision, 'request')} IN ({placeholders(len(of_pause))})",
+            [request.pk for request in of_pause],
+            "ORDER BY "
+            + ", ".join(qualified(ApprovalDecision, name) for name in ("created", "id")),
+        ):
+            latest[decision.request_id] = decision  # the last one wins
     pairs: dict[str, tuple[ApprovalRequest, ApprovalDecision]] = {}
-    for request in ApprovalRequest.objects.of_pause(run, run.pause_count):
-        decision = request.decisions.order_by("-created", "-pk").first()
+    for request in of_pause:
+        request.run = run
+        decision = latest.get(request.pk)
+        if decision is not None:
+            decision.request = request
         if decision is None or not request.is_decided:
             raise errors.RunFailure(
                 f"The request for {request.tool_name} has no decision; nothing was executed."

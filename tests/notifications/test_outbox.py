@@ -234,3 +234,34 @@ def test_a_notification_that_cannot_be_queued_never_fails_the_pause(
     assert ApprovalRequest.objects.get(pk=request.pk).tool_name == "still_written"
     assert not Notification.objects.exists()
     assert "[non-fatal] Notifications: could not queue the created emails" in caplog.text
+
+
+def test_with_nobody_opted_in_a_request_costs_no_query_until_someone_opts_in(
+    django_assert_num_queries: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from notifications import outbox
+
+    make_reviewer("rita")
+    NotificationPreference.objects.create(user=make_reviewer("otto"), mode=EmailMode.OFF)
+    first, second = make_request(), make_request()
+    announce(first)  # reads that nobody wants email
+    with django_assert_num_queries(2):  # the pause's savepoint, begun and released
+        announce(second)
+    assert Notification.objects.count() == 0
+
+    # Opting in here is seen at once...
+    opted_in("rita")
+    announce(make_request())
+    assert Notification.objects.count() == 1
+    # ...and one made elsewhere (no signal reaches this process) once the seconds went by.
+    NotificationPreference.objects.filter(user__username="rita").update(mode=EmailMode.OFF)
+    outbox.forget_opted_in()
+    announce(make_request())  # nobody again, remembered
+    NotificationPreference.objects.filter(user__username="rita").update(
+        mode=EmailMode.IMMEDIATELY
+    )
+    announce(make_request())
+    assert Notification.objects.count() == 1
+    monkeypatch.setattr(outbox, "OPTED_IN_SECONDS", 0.0)
+    announce(make_request())
+    assert Notification.objects.count() == 2
