@@ -42,6 +42,7 @@ from django.contrib.auth import get_user_model
 from django.db.models.signals import post_delete, post_save
 
 from agentsite.db.hops import db_hop
+from agentsite.db.sql import columns, placeholders, qualified
 from approvals.models import (
     ApprovalPolicy,
     ConditionOperator,
@@ -167,8 +168,22 @@ class Rule:
 
 
 def load_rules() -> list[Rule]:
-    """The enabled rules, in order of precedence, each with its conditions: two queries."""
-    policies = ApprovalPolicy.objects.filter(enabled=True).prefetch_related("conditions")
+    """The enabled rules, in order of precedence, each with its conditions: two plain
+    statements (`agentsite.db.sql.Columns`: every pause reads them, and the ORM's prefetch
+    cost half a millisecond more)."""
+    policies = columns(ApprovalPolicy).where(
+        f"{qualified(ApprovalPolicy, 'enabled')} = %s",
+        [True],
+        "ORDER BY " + ", ".join(qualified(ApprovalPolicy, name) for name in ("priority", "id")),
+    )
+    conditions: dict[int, list[PolicyCondition]] = {policy.pk: [] for policy in policies}
+    if policies:
+        for condition in columns(PolicyCondition).where(
+            f"{qualified(PolicyCondition, 'policy')} IN ({placeholders(len(policies))})",
+            list(conditions),
+            f"ORDER BY {qualified(PolicyCondition, 'id')}",
+        ):
+            conditions[condition.policy_id].append(condition)
     return [
         Rule(
             id=policy.pk,
@@ -177,11 +192,11 @@ def load_rules() -> list[Rule]:
             tool_name=policy.tool_name,
             action=policy.action,
             message=policy.message,
-            conditions=tuple(policy.conditions.all()),
+            conditions=tuple(conditions[policy.pk]),
             on_expiry=policy.on_expiry,
             escalate_to=policy.escalate_to,
         )
-        for policy in policies.order_by("priority", "id")
+        for policy in policies
     ]
 
 
@@ -194,9 +209,14 @@ def users_facts(user_ids: Sequence[int | None]) -> dict[int | None, User]:
     ids = {user_id for user_id in user_ids if user_id is not None}
     if not ids:
         return {}
-    model = get_user_model()
-    rows = model.objects.filter(pk__in=ids).values_list("pk", "email", model.USERNAME_FIELD)
-    return {pk: User(email=email or "", username=str(name)) for pk, email, name in rows}
+    people = columns(get_user_model())
+    found = people.where(
+        f"{people.table}.{people.pk_column} IN ({placeholders(len(ids))})", sorted(ids)
+    )
+    return {
+        person.pk: User(email=person.email or "", username=str(person.get_username()))
+        for person in found
+    }
 
 
 def verdicts(calls: Sequence[Call], user_id: int | None) -> list[Verdict]:

@@ -502,7 +502,9 @@ def _refuse(request_id: int, now: Any) -> None:
 
 
 def _claim_for_resume(run: AgentRun, pause: int) -> bool:
-    if ApprovalRequest.objects.of_pause(run, pause).pending().exists():
+    if columns(ApprovalRequest).exists(
+        {"run": run.pk, "pause": pause, "status": ApprovalStatus.PENDING}
+    ):
         return False
     claimed = columns(AgentRun).update(
         run.pk,

@@ -257,9 +257,7 @@ def test_with_nobody_opted_in_a_request_costs_no_query_until_someone_opts_in(
     NotificationPreference.objects.filter(user__username="rita").update(mode=EmailMode.OFF)
     outbox.forget_opted_in()
     announce(make_request())  # nobody again, remembered
-    NotificationPreference.objects.filter(user__username="rita").update(
-        mode=EmailMode.IMMEDIATELY
-    )
+    NotificationPreference.objects.filter(user__username="rita").update(mode=EmailMode.IMMEDIATELY)
     announce(make_request())
     assert Notification.objects.count() == 1
     monkeypatch.setattr(outbox, "OPTED_IN_SECONDS", 0.0)

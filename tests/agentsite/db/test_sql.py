@@ -131,3 +131,11 @@ def test_a_get_in_plain_sql_is_the_orms_get() -> None:
     assert values(loaded) == values(ApprovalRequest.objects.get(pk=request.pk))
     with pytest.raises(ApprovalRequest.DoesNotExist):
         columns(ApprovalRequest).get(10**9)
+
+
+def test_exists_in_plain_sql_is_the_orms_exists() -> None:
+    request = make_request()
+    waiting = {"run": request.run_id, "pause": request.pause, "status": request.status}
+    assert columns(ApprovalRequest).exists(waiting) is True
+    assert ApprovalRequest.objects.filter(**waiting).exists()
+    assert columns(ApprovalRequest).exists({**waiting, "pause": request.pause + 1}) is False
