@@ -103,11 +103,9 @@ def run_outcome(run: Mapping[str, Any]) -> tuple[str, str]:
     )
     if not run.get("pause_count"):
         return ended
-    decisions = list(
-        ApprovalDecision.objects.filter(request__run_id=run["pk"])
-        .order_by("created", "pk")
-        .values_list("kind", "request__tool_name", "reviewer__username", "policy_name", "message")
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(statements().run_decisions, [run["pk"]])
+        decisions = cursor.fetchall()
     kinds = {decision[0] for decision in decisions}
     if stopped:
         if DecisionKind.WITHDRAWN in kinds:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import F, Field
 from django.db.models.constants import OnConflict
@@ -23,6 +24,7 @@ from django.db.models.expressions import Combinable, RawSQL
 from django.db.models.sql import UpdateQuery
 
 from agentsite.db.sql import column, per_vendor, placeholders, qualified, table
+from approvals.models import ApprovalDecision, ApprovalRequest
 from engine.models import AgentRun
 from tracing.models import SPAN_FIELDS, Span, Trace, TraceStatus, status_expression
 
@@ -77,6 +79,9 @@ class Statements:
     # (the parent of a decision's span; pause and resume: the ORM's query with its CASE
     # ordering cost most of a decision's span).
     first_agent_span: str
+    # Params: run id. The run's decisions, oldest first: kind, tool, reviewer's username,
+    # policy, message (`recording.run_outcome`, in every completion of a run that paused).
+    run_decisions: str
 
     def update_trace_row(self, updated: Any, trace_id: str) -> tuple[Any, ...]:
         return (updated, *self.update_trace_params, trace_id)
@@ -147,7 +152,26 @@ def statements() -> Statements:
     assert Span._meta.pk is not None and AgentRun._meta.pk is not None
     run_pk = qualified(AgentRun, AgentRun._meta.pk.name)
     span_type, span_name = qualified(Span, "span_type"), qualified(Span, "name")
+    decision, request = table(ApprovalDecision), table(ApprovalRequest)
+    people = get_user_model()
     return Statements(
+        run_decisions=(
+            "SELECT "
+            + ", ".join(
+                (
+                    qualified(ApprovalDecision, "kind"),
+                    qualified(ApprovalRequest, "tool_name"),
+                    qualified(people, people.USERNAME_FIELD),
+                    qualified(ApprovalDecision, "policy_name"),
+                    qualified(ApprovalDecision, "message"),
+                )
+            )
+            + f" FROM {decision} INNER JOIN {request} ON {qualified(ApprovalDecision, 'request')}"
+            f" = {qualified(ApprovalRequest, 'id')} LEFT OUTER JOIN {table(people)} ON "
+            f"{qualified(ApprovalDecision, 'reviewer')} = {qualified(people, 'id')} "
+            f"WHERE {qualified(ApprovalRequest, 'run')} = %s ORDER BY "
+            f"{qualified(ApprovalDecision, 'created')}, {qualified(ApprovalDecision, 'id')}"
+        ),
         first_agent_span=(
             f"SELECT {qualified(Span, 'span_id')} FROM {spans} "
             f"WHERE {qualified(Span, 'trace')} = %s AND {span_type} = 'agent' "
