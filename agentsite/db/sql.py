@@ -108,6 +108,10 @@ class Columns:
             )
             return [self.load(row) for row in cursor.fetchall()]
 
+    def _test(self, lookup: str) -> str:
+        name, _, op = lookup.partition("__")
+        return f"{quote(_column(self._by_name[name]))} {_OPERATORS[op]} %s"
+
     def exists(self, equal: dict[str, Any]) -> bool:
         """`filter(**equal).exists()` for plain equalities, in one plain statement."""
         tests = " AND ".join(f"{quote(_column(self._by_name[name]))} = %s" for name in equal)
@@ -117,24 +121,30 @@ class Columns:
             return cursor.fetchone() is not None
 
     def prepared(self, name: str, value: Any) -> Any:
-        """`value` as the field `name` writes it."""
-        return self._by_name[name].get_db_prep_save(value, connection)
+        """`value` as the field `name` writes it (a related instance: its key)."""
+        field = self._by_name[name]
+        if field.remote_field is not None and isinstance(value, models.Model):
+            value = value.prepare_database_save(field)
+        return field.get_db_prep_save(value, connection)
 
     def update(self, pk: Any, changes: dict[str, Any], where: dict[str, Any] | None = None) -> int:
         """`filter(pk=pk, **where).update(**changes)`, in plain SQL: how many rows changed.
-        (A None change writes NULL, as the ORM's `update` does, a JSON field's too.)"""
+        (A None change writes NULL, as the ORM's `update` does, a JSON field's too.) `where`
+        takes equalities, and the lookups `name__gt` and `name__lte`."""
         where = where or {}
         key = (tuple(changes), tuple(where))
         sql = self._updates.get(key)
         if sql is None:
             sets = ", ".join(f"{quote(_column(self._by_name[name]))} = %s" for name in changes)
-            tests = "".join(f" AND {quote(_column(self._by_name[name]))} = %s" for name in where)
+            tests = "".join(f" AND {self._test(lookup)}" for lookup in where)
             sql = self._updates[key] = (
                 f"UPDATE {self.table} SET {sets} WHERE {self.pk_column} = %s{tests}"
             )
         params = [self.prepared(name, value) for name, value in changes.items()]
         params.append(pk)
-        params.extend(self.prepared(name, value) for name, value in where.items())
+        params.extend(
+            self.prepared(lookup.split("__")[0], value) for lookup, value in where.items()
+        )
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return int(cursor.rowcount)
@@ -161,6 +171,9 @@ class Columns:
         instance.pk = key
         instance._state.adding = False
         instance._state.db = connection.alias
+
+
+_OPERATORS = {"": "=", "gt": ">", "lte": "<="}
 
 
 def _column(field: models.Field[Any, Any]) -> str:

@@ -338,9 +338,12 @@ def record_decision(
             kind = DecisionKind.EDITED
         now = timezone.now()
         status = kind.status
-        requests = ApprovalRequest.objects.filter(pk=request_id)
-        decidable = requests.pending() if kind in TAKEN_WHILE_PENDING else requests.open(now)
-        if decidable.update(status=status, decided_at=now, decided_by=reviewer) != 1:
+        # Pending; and open (not past its expiry) unless the sweep or the asker takes it.
+        decidable: dict[str, Any] = {"status": ApprovalStatus.PENDING}
+        if kind not in TAKEN_WHILE_PENDING:
+            decidable["expires_at__gt"] = now
+        changes = {"status": status, "decided_at": now, "decided_by": reviewer}
+        if columns(ApprovalRequest).update(request_id, changes, where=decidable) != 1:
             _refuse(request_id, now)
         decision = ApprovalDecision(
             request_id=request_id,

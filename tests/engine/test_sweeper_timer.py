@@ -50,7 +50,9 @@ async def test_with_runs_in_workers_a_web_process_s_loop_expires_overdue_request
         try:
             for _ in range(100):
                 request = await ApprovalRequest.objects.aget(run=run)
-                if request.status == ApprovalStatus.EXPIRED and enqueued:
+                # The resume is enqueued after the expiry commits (on_commit, in the sweep's
+                # thread): its status can be read here a moment before the job is queued.
+                if request.status == ApprovalStatus.EXPIRED and len(enqueued) == 2:
                     break
                 await asyncio.sleep(0.05)
         finally:

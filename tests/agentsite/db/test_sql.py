@@ -139,3 +139,22 @@ def test_exists_in_plain_sql_is_the_orms_exists() -> None:
     assert columns(ApprovalRequest).exists(waiting) is True
     assert ApprovalRequest.objects.filter(**waiting).exists()
     assert columns(ApprovalRequest).exists({**waiting, "pause": request.pause + 1}) is False
+
+
+def test_an_update_takes_related_instances_and_the_lookups_it_names() -> None:
+    request = make_request()
+    reviewer = make_user()
+    now = timezone.now()
+    changes = {"status": "approved", "decided_at": now, "decided_by": reviewer}
+    open_then = {"status": "pending", "expires_at__gt": request.expires_at}
+    assert columns(ApprovalRequest).update(request.pk, changes, where=open_then) == 0
+    open_now = {"status": "pending", "expires_at__gt": now}
+    assert columns(ApprovalRequest).update(request.pk, changes, where=open_now) == 1
+    stored = ApprovalRequest.objects.get(pk=request.pk)
+    assert (stored.status, stored.decided_by_id, stored.decided_at) == (
+        "approved",
+        reviewer.pk,
+        now,
+    )
+    overdue = {"expires_at__lte": now}
+    assert columns(ApprovalRequest).update(request.pk, {"status": "expired"}, where=overdue) == 0
