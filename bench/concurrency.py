@@ -32,7 +32,7 @@ from engine.models import AgentRun, RunStatus
 
 BENCHMARK = "concurrency"
 IDEAL = MODEL_CALLS_PER_TURN * SLOW_LATENCY
-EFFICIENT = Goal(1 / 0.8, "≤ 1.25× (efficiency ≥ 80 %)")
+EFFICIENT = Goal(1 / 0.85, "≤ 1.18× (efficiency ≥ 85 %)")  # issue 28
 QUESTION = "Where is my order 7?"
 
 
