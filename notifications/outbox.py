@@ -17,8 +17,6 @@ Who is told:
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +26,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
+from common.remembered import Remembered
 from engine import signals
 from engine.permissions import DECIDE_PERMISSION
 from notifications import sending
@@ -65,28 +64,21 @@ def _queue(kind: str, build: Callable[[], list[Notification]]) -> list[Notificat
 OPTED_IN_SECONDS = 5.0
 
 
-class _OptedIn:
-    lock = threading.Lock()
-    anyone: bool | None = None
-    read_at = 0.0
+def _anyone() -> bool:
+    return NotificationPreference.objects.exclude(mode=EmailMode.OFF).exists()
+
+
+_opted_in = Remembered(_anyone, lambda: OPTED_IN_SECONDS)
 
 
 def anyone_opted_in() -> bool:
     """Whether any preference wants email, as read at most `OPTED_IN_SECONDS` ago."""
-    now = time.monotonic()
-    with _OptedIn.lock:
-        if _OptedIn.anyone is not None and now - _OptedIn.read_at < OPTED_IN_SECONDS:
-            return _OptedIn.anyone
-    anyone = NotificationPreference.objects.exclude(mode=EmailMode.OFF).exists()
-    with _OptedIn.lock:
-        _OptedIn.anyone, _OptedIn.read_at = anyone, now
-    return anyone
+    return _opted_in.get()
 
 
 def forget_opted_in(**kwargs: Any) -> None:
     """A preference changed here: read again at the next request."""
-    with _OptedIn.lock:
-        _OptedIn.anyone = None
+    _opted_in.forget()
 
 
 def queue_for_opted_in(request: ApprovalRequest, kind: str) -> list[Notification]:

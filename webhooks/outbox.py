@@ -6,8 +6,6 @@ sending happens elsewhere (`delivery.py`), woken once the rows are committed."""
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +14,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest
+from common.remembered import Remembered
 from engine import signals
 from webhooks import delivery, payloads
 from webhooks.models import (
@@ -33,29 +32,22 @@ logger = logging.getLogger(__name__)
 SUBSCRIBED_SECONDS = 5.0
 
 
-class _Subscribed:
-    lock = threading.Lock()
-    events: frozenset[str] | None = None
-    read_at = 0.0
+def _wanted() -> frozenset[str]:
+    wanted = WebhookEndpoint.objects.filter(enabled=True).values_list("events", flat=True)
+    return frozenset(event for events in wanted for event in (events or []))
+
+
+_subscribed = Remembered(_wanted, lambda: SUBSCRIBED_SECONDS)
 
 
 def subscribed() -> frozenset[str]:
     """The events some enabled endpoint wants, as read at most `SUBSCRIBED_SECONDS` ago."""
-    now = time.monotonic()
-    with _Subscribed.lock:
-        if _Subscribed.events is not None and now - _Subscribed.read_at < SUBSCRIBED_SECONDS:
-            return _Subscribed.events
-    wanted = WebhookEndpoint.objects.filter(enabled=True).values_list("events", flat=True)
-    events = frozenset(event for events in wanted for event in (events or []))
-    with _Subscribed.lock:
-        _Subscribed.events, _Subscribed.read_at = events, now
-    return events
+    return _subscribed.get()
 
 
 def forget_subscribed(**kwargs: Any) -> None:
     """An endpoint changed here: read them again at the next event."""
-    with _Subscribed.lock:
-        _Subscribed.events = None
+    _subscribed.forget()
 
 
 def queue(event_type: str, data: Callable[[], dict[str, Any]]) -> list[WebhookDelivery]:
