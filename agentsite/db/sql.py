@@ -78,6 +78,14 @@ class Columns:
         assert pk is not None
         self._pk_index = self.attnames.index(pk.attname)
         self.pk_column = quote(_column(pk))
+        # Every column but the key, which the database makes and returns (SQLite 3.35+ and
+        # PostgreSQL have RETURNING; Django itself uses it on both).
+        self._written = [field for field in self.fields if field is not pk]
+        names = ", ".join(quote(_column(field)) for field in self._written)
+        self._insert = (
+            f"INSERT INTO {self.table} ({names}) VALUES ({placeholders(len(self._written))}) "
+            f"RETURNING {self.pk_column}"
+        )
 
     def load(self, values: Sequence[Any]) -> Any:
         """The instance of a row's values, in the order of `select` (None for a row of NULLs
@@ -114,7 +122,7 @@ class Columns:
 
     def exists(self, equal: dict[str, Any]) -> bool:
         """`filter(**equal).exists()` for plain equalities, in one plain statement."""
-        tests = " AND ".join(f"{quote(_column(self._by_name[name]))} = %s" for name in equal)
+        tests = " AND ".join(self._test(name) for name in equal)
         params = [self.prepared(name, value) for name, value in equal.items()]
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT 1 FROM {self.table} WHERE {tests} LIMIT 1", params)
@@ -152,22 +160,13 @@ class Columns:
     def insert(self, instance: models.Model) -> None:
         """INSERT `instance` (its primary key made by the database) and give it its key, as
         `save()` of a new instance does, without signals (the models written so send none)."""
-        pk = self.model._meta.pk
-        fields = [field for field in self.fields if field is not pk]
         values = [
             field.get_db_prep_save(field.pre_save(instance, add=True), connection)
-            for field in fields
+            for field in self._written
         ]
-        names = ", ".join(quote(_column(field)) for field in fields)
-        sql = f"INSERT INTO {self.table} ({names}) VALUES ({placeholders(len(fields))})"
         with connection.cursor() as cursor:
-            if connection.features.can_return_columns_from_insert:
-                assert pk is not None
-                cursor.execute(f"{sql} RETURNING {self.pk_column}", values)
-                key = cursor.fetchone()[0]
-            else:  # pragma: no cover - every database we support returns it
-                cursor.execute(sql, values)
-                key = connection.ops.last_insert_id(cursor, self.model._meta.db_table, "id")
+            cursor.execute(self._insert, values)
+            key = cursor.fetchone()[0]
         instance.pk = key
         instance._state.adding = False
         instance._state.db = connection.alias
