@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 
 from agentsite.db.sqlite import base
 from conversations.models import Conversation
@@ -213,3 +213,20 @@ def test_a_lean_transaction_commits_or_rolls_back_whole_and_takes_its_turn() -> 
         wrapper.lean_transaction(),  # type: ignore[attr-defined]
     ):
         pass
+
+
+def test_a_driver_error_in_a_lean_transaction_is_djangos_and_writes_nothing() -> None:
+    wrapper = connections["default"]
+    lock = shared().lock
+    conversation = Conversation.objects.create(title="lean", session_id="lean-error")
+    with pytest.raises(IntegrityError), wrapper.lean_transaction() as driver:  # type: ignore[attr-defined]
+        driver.execute(
+            "UPDATE conversations_conversation SET title = %s WHERE id = %s",
+            ["lost", conversation.pk],
+        )
+        driver.execute(
+            "INSERT INTO conversations_conversation (session_id) VALUES (%s)", ["lean-error"]
+        )
+    assert not lock._is_owned()  # type: ignore[attr-defined]
+    conversation.refresh_from_db()
+    assert conversation.title == "lean"
