@@ -11,7 +11,6 @@ database keeps them apart.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, cast
@@ -348,8 +347,9 @@ def _as_stored(payload: Any) -> Any:
 
 def _loaded(value: Any) -> Any:
     """A payload read by plain SQL (JSON text, or already parsed) as the item it holds;
-    ValueError or TypeError when it cannot be read."""
-    return faithful.decode(json.loads(value) if isinstance(value, (str, bytes)) else value)
+    ValueError or TypeError when it cannot be read (`faithful.decode_texts`, which reads a
+    text as `json.loads` does without its per-call checks: a pop's few µs)."""
+    return faithful.decode_texts((value,))[0]
 
 
 def _turn_in_range(turn: Any) -> bool:
