@@ -166,7 +166,7 @@ class SessionStore(SessionABC):
         structures: list[tuple[str, str | None]] | None = None,
     ) -> None:
         # The connection looked up once (Django's per-thread handler costs a few µs a lookup).
-        database = connections[DEFAULT_DB_ALIAS]
+        database: Any = connections[DEFAULT_DB_ALIAS]
         sql = statements(database.vendor)
         texts = _texts(items)
         if structures is None:
@@ -178,7 +178,7 @@ class SessionStore(SessionABC):
         lean = _lean_transaction(database)
         if lean is not None and self._conversation_pk is not None:
             # SQLite, the conversation known: the statements straight on the driver.
-            now = database.ops.adapt_datetimefield_value(timezone.now())
+            now = database.lean_now()
             pk = self._conversation_pk
             with lean as cursor:
                 if cursor.execute(sql.lean_touch, [now, pk, self.session_id]).rowcount == 1:
