@@ -20,6 +20,7 @@ many threads of one process at once.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import logging
 import sqlite3
@@ -64,7 +65,11 @@ class _File:
         return False
 
     def after_commit(self) -> None:
-        self.committed.set()
+        # Set only when clear (`set()` takes the event's lock, a few µs): a flag found set
+        # is cleared by the checkpointer before the checkpoint that follows, which then
+        # sees this commit.
+        if not self.committed.is_set():
+            self.committed.set()
         if self._thread is None:
             with self._start_lock:
                 if self._thread is None:
@@ -117,6 +122,51 @@ class LeanCursor:
         return self.raw.executemany(driver_sql(sql), rows)
 
 
+class LeanTransaction:
+    """`DatabaseWrapper.lean_transaction()`: a plain class, not a generator's context
+    manager, which cost a few µs of a 60 µs append."""
+
+    __slots__ = ("_wrapper", "_raw")
+
+    def __init__(self, wrapper: DatabaseWrapper) -> None:
+        self._wrapper = wrapper
+        self._raw: sqlite3.Connection | None = None
+
+    def __enter__(self) -> LeanCursor:
+        wrapper = self._wrapper
+        if wrapper.in_atomic_block:
+            raise TransactionManagementError("lean_transaction() inside atomic()")
+        if wrapper.connection is None:
+            wrapper.ensure_connection()
+        raw = wrapper.connection
+        wrapper._take_write_lock()
+        try:
+            with wrapper.wrap_database_errors:
+                raw.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            wrapper._give_write_lock(wrote=True)
+            raise
+        self._raw = raw
+        return LeanCursor(raw)
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        wrapper, raw = self._wrapper, self._raw
+        assert raw is not None
+        self._raw = None
+        try:
+            with wrapper.wrap_database_errors:
+                if exc_type is None:
+                    raw.commit()
+                    return
+                raw.rollback()
+            # What left the block is raised as within `wrap_database_errors`: a driver's
+            # error as Django's (and marked, for `close_if_unusable_or_obsolete`), anything
+            # else as it is.
+            wrapper.wrap_database_errors.__exit__(exc_type, exc, traceback)
+        finally:
+            wrapper._give_write_lock(wrote=True)
+
+
 _files: dict[str, _File] = {}
 _files_lock = threading.Lock()
 
@@ -142,30 +192,24 @@ class DatabaseWrapper(base.DatabaseWrapper):
             connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
         return connection
 
-    @contextmanager
-    def lean_transaction(self) -> Iterator[LeanCursor]:
+    def lean_transaction(self) -> LeanTransaction:
         """A write transaction straight on the driver's connection, for hot paths of a few
         fixed statements (the session store): the process's write lock, `BEGIN IMMEDIATE`,
         then COMMIT, or ROLLBACK on any exception. Django's `atomic()` and cursor wrappers
         cost more than such a transaction's SQL. The ORM must not be used inside (Django
         does not know the transaction is open).
         """
-        if self.in_atomic_block:
-            raise TransactionManagementError("lean_transaction() inside atomic()")
-        self.ensure_connection()
-        raw = self.connection
-        self._take_write_lock()
-        try:
-            with self.wrap_database_errors:
-                raw.execute("BEGIN IMMEDIATE")
-                try:
-                    yield LeanCursor(raw)
-                except BaseException:
-                    raw.rollback()
-                    raise
-                raw.commit()
-        finally:
-            self._give_write_lock(wrote=True)
+        return LeanTransaction(self)
+
+    def lean_now(self) -> str:
+        """`ops.adapt_datetimefield_value(timezone.now())`, the text a datetime column gets for
+        now, in half its time (2.5 µs instead of 5, of a 100 µs append): the instant in the
+        connection's time zone (`timezone`, UTC unless the database's TIME_ZONE names
+        another) made naive, or without USE_TZ (`timezone` None) the local time, as
+        `timezone.now()` then is."""
+        zone = self.timezone
+        now = datetime.datetime.now(zone)
+        return str(now if zone is None else now.replace(tzinfo=None))
 
     def lean_fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """All rows of one read, straight on the driver's connection (Django's cursor

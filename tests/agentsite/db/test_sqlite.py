@@ -3,12 +3,14 @@ the process, and WAL checkpoints run in a background thread."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
+from django.utils import timezone
 
 from agentsite.db.sqlite import base
 from conversations.models import Conversation
@@ -213,3 +215,40 @@ def test_a_lean_transaction_commits_or_rolls_back_whole_and_takes_its_turn() -> 
         wrapper.lean_transaction(),  # type: ignore[attr-defined]
     ):
         pass
+
+
+def test_a_driver_error_in_a_lean_transaction_is_djangos_and_writes_nothing() -> None:
+    wrapper = connections["default"]
+    lock = shared().lock
+    conversation = Conversation.objects.create(title="lean", session_id="lean-error")
+    with pytest.raises(IntegrityError), wrapper.lean_transaction() as driver:  # type: ignore[attr-defined]
+        driver.execute(
+            "UPDATE conversations_conversation SET title = %s WHERE id = %s",
+            ["lost", conversation.pk],
+        )
+        driver.execute(
+            "INSERT INTO conversations_conversation (session_id) VALUES (%s)", ["lean-error"]
+        )
+    assert not lock._is_owned()  # type: ignore[attr-defined]
+    conversation.refresh_from_db()
+    assert conversation.title == "lean"
+
+
+@pytest.mark.parametrize(("use_tz", "zone"), [(True, None), (True, "Europe/Paris"), (False, None)])
+def test_lean_now_is_the_text_django_stores_for_now(settings: Any, use_tz: bool, zone: Any) -> None:
+    settings.USE_TZ = use_tz
+    wrapper = connections["default"]
+    saved = wrapper.settings_dict["TIME_ZONE"]
+    wrapper.settings_dict["TIME_ZONE"] = zone
+    wrapper.__dict__.pop("timezone", None)
+    try:
+        before = wrapper.ops.adapt_datetimefield_value(timezone.now())
+        now = wrapper.lean_now()  # type: ignore[attr-defined]
+        after = wrapper.ops.adapt_datetimefield_value(timezone.now())
+    finally:
+        wrapper.settings_dict["TIME_ZONE"] = saved
+        wrapper.__dict__.pop("timezone", None)
+    parse = datetime.datetime.fromisoformat
+    assert parse(before) <= parse(now) <= parse(after)
+    assert parse(after) - parse(before) < datetime.timedelta(seconds=1)
+    assert str(parse(now)) == now
