@@ -31,6 +31,7 @@ from bench import site, tracing_setup
 from bench.agents import SDK_APPROVAL_AGENT, UNREVIEWED_AGENT
 from bench.harness import (
     Config,
+    Goal,
     Row,
     Samples,
     arun,
@@ -44,6 +45,7 @@ from engine import events, runs
 from engine.models import AgentRun, RunStatus
 
 BENCHMARK = "pause and resume"
+GOAL = Goal(1.5, "≤ 1.5×")  # issue 28, for the pause, the resume and a policy's approval
 REQUEST = "Please refund order 42."
 # What each row's ratio compares, per repeat (the full run's rows and `bench/check.py`).
 STATISTIC = median_of
@@ -235,11 +237,12 @@ def run(config: Config) -> list[Row]:
             "ours: runs.execute (the pause, the rule's verdict and decision, the run claimed) + "
             "runs.resume, the request never pending; peer: one Runner.run whose tool's "
             "needs_approval says no (no state, request, audit or trace kept)",
+            None,  # a whole durable path against one plain run: a cost shown, not a goal
         ),
     ]
 
 
-def _row(case: str, samples: dict[str, Samples], what: str) -> Row:
+def _row(case: str, samples: dict[str, Samples], what: str, goal: Goal | None = GOAL) -> Row:
     ours, peer = samples["ours"], samples["peer"]
     return compared(
         BENCHMARK,
@@ -249,4 +252,5 @@ def _row(case: str, samples: dict[str, Samples], what: str) -> Row:
         ratio(ours, peer, STATISTIC),
         f"{what}. Ratio: median time, ours ÷ the SDK's; p50/p99 over all "
         f"{len(ours.flat())} samples each",
+        goal,
     )
