@@ -172,9 +172,6 @@ class SessionStore(SessionABC):
         if structures is None:
             structures = [structure(item) for item in items]
 
-        def rows(pk: int, branch: str, newest: int | None, now: Any) -> list[tuple[Any, ...]]:
-            return _item_rows(texts, structures, pk, branch, newest, now)
-
         lean = _lean_transaction(database)
         if lean is not None and self._conversation_pk is not None:
             # SQLite, the conversation known: the statements straight on the driver.
@@ -186,7 +183,7 @@ class SessionStore(SessionABC):
                         sql.lean_branch_and_turn, [self._branch, pk]
                     ).fetchone()
                     branch = self._branch or current
-                    _insert_lean(cursor, texts, structures, pk, branch, newest, now)
+                    _insert_lean(cursor, _item_rows(texts, structures, pk, branch, newest, now))
                     return
             # Deleted meanwhile (nothing was written): the general path recreates it.
         with transaction.atomic(), database.cursor() as cursor:
@@ -196,7 +193,9 @@ class SessionStore(SessionABC):
             conversation_pk, branch, newest = locked
             # One executemany, as SQLiteSession does; bulk_create's per-field preparation
             # cost more than the inserts themselves.
-            cursor.executemany(sql.insert_item, rows(conversation_pk, branch, newest, now))
+            cursor.executemany(
+                sql.insert_item, _item_rows(texts, structures, conversation_pk, branch, newest, now)
+            )
 
     def _pop_sync(
         self, validate: Callable[[TResponseInputItem], None] | None
@@ -385,25 +384,16 @@ def _item_rows(
     return made
 
 
-def _insert_lean(
-    cursor: Any,
-    texts: list[str],
-    structures: list[tuple[str, str | None]],
-    pk: int,
-    branch: str,
-    newest: int | None,
-    now: Any,
-) -> None:
-    """SQLite's append of the rows `_item_rows` makes, in statements of 64, 32, ..., 1 rows
+def _insert_lean(cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+    """SQLite's append of the rows `_item_rows` made (all of one conversation, branch and
+    time), in statements of 64, 32, ..., 1 rows that bind those three once
     (`conversations.sql.insert_items`), in order."""
-    turn, done, total = newest or 0, 0, len(texts)
+    done, total = 0, len(rows)
     while done < total:
         count = min(INSERT_ROWS_MAX, 1 << ((total - done).bit_length() - 1))
+        pk, branch, _, _, _, _, now = rows[done]
         params: list[Any] = [pk, branch, now]
-        for text, (kind, tool) in zip(
-            texts[done : done + count], structures[done : done + count], strict=True
-        ):
-            turn += kind == "user"
+        for _, _, turn, kind, tool, text, _ in rows[done : done + count]:
             params += (turn, kind, tool, text)
         cursor.execute(insert_items(count), params)
         done += count
