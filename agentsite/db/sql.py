@@ -79,10 +79,10 @@ class Columns:
             found = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
             if found:
                 self._converters.append((index, tuple(found), col))
-        self._by_name = {field.name: field for field in self.fields}
-        self._updates: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
         pk = model._meta.pk
         assert pk is not None
+        self._by_name = {field.name: field for field in self.fields} | {"pk": pk}
+        self._quoted = {name: quote(_column(field)) for name, field in self._by_name.items()}
         self._pk_index = self.attnames.index(pk.attname)
         self.pk_column = quote(_column(pk))
         # Every column but the key, which the database makes and returns (SQLite 3.35+ and
@@ -109,31 +109,64 @@ class Columns:
 
     def get(self, pk: Any) -> Any:
         """`objects.get(pk=pk)`, in one plain statement (raising the model's DoesNotExist)."""
-        found = self.where(f"{self.table}.{self.pk_column} = %s", [pk])
+        found = self.filter({"pk": pk})
         if not found:
             raise self.model.DoesNotExist(f"No {self.model.__name__} {pk}.")  # type: ignore[attr-defined]
         return found[0]
 
-    def where(self, condition: str, params: Sequence[Any], then: str = "") -> list[Any]:
-        """The instances of the rows that meet `condition` (SQL on this table's quoted
-        columns), `then` (e.g. an ORDER BY) after it."""
+    def filter(self, where: dict[str, Any], order_by: Sequence[str] = ()) -> list[Any]:
+        """`objects.filter(**where).order_by(*order_by)`, in one plain statement (none for an
+        empty `__in`). The lookups are `_condition`'s."""
+        condition = self._condition(where)
+        if condition is None:
+            return []
+        tests, params = condition
+        order = (
+            f" ORDER BY {', '.join(self._quoted[name] for name in order_by)}" if order_by else ""
+        )
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {self.select} FROM {self.table} WHERE {condition} {then}", params
-            )
+            cursor.execute(f"SELECT {self.select} FROM {self.table} WHERE {tests}{order}", params)
             return [self.load(row) for row in cursor.fetchall()]
 
-    def _test(self, lookup: str) -> str:
-        name, _, op = lookup.partition("__")
-        return f"{quote(_column(self._by_name[name]))} {_OPERATORS[op]} %s"
-
-    def exists(self, equal: dict[str, Any]) -> bool:
-        """`filter(**equal).exists()` for plain equalities, in one plain statement."""
-        tests = " AND ".join(self._test(name) for name in equal)
-        params = [self.prepared(name, value) for name, value in equal.items()]
+    def exists(self, where: dict[str, Any]) -> bool:
+        """`objects.filter(**where).exists()`, in one plain statement."""
+        condition = self._condition(where)
+        if condition is None:
+            return False
+        tests, params = condition
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT 1 FROM {self.table} WHERE {tests} LIMIT 1", params)
             return cursor.fetchone() is not None
+
+    def update(self, pk: Any, changes: dict[str, Any], where: dict[str, Any] | None = None) -> int:
+        """`objects.filter(pk=pk, **where).update(**changes)`, in plain SQL: how many rows
+        changed. (A None change writes NULL, as the ORM's `update` does, a JSON field's too.)"""
+        condition = self._condition({"pk": pk, **(where or {})})
+        assert condition is not None
+        tests, params = condition
+        sets = ", ".join(f"{self._quoted[name]} = %s" for name in changes)
+        values = [self.prepared(name, value) for name, value in changes.items()]
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {self.table} SET {sets} WHERE {tests}", [*values, *params])
+            return int(cursor.rowcount)
+
+    def _condition(self, where: dict[str, Any]) -> tuple[str, list[Any]] | None:
+        """The WHERE clause and its parameters of the lookups `name` (equal), `name__gt`,
+        `name__lte` and `name__in` (`pk` names the primary key; a related field takes an
+        instance or a key); None when an `__in` has no value, which no row meets."""
+        tests, params = [], []
+        for lookup, value in where.items():
+            name, _, operator = lookup.partition("__")
+            if operator == "in":
+                values = [self.prepared(name, each) for each in value]
+                if not values:
+                    return None
+                tests.append(f"{self._quoted[name]} IN ({placeholders(len(values))})")
+                params.extend(values)
+            else:
+                tests.append(f"{self._quoted[name]} {_OPERATORS[operator]} %s")
+                params.append(self.prepared(name, value))
+        return " AND ".join(tests), params
 
     def prepared(self, name: str, value: Any) -> Any:
         """`value` as the field `name` writes it (a related instance: its key)."""
@@ -141,28 +174,6 @@ class Columns:
         if field.remote_field is not None and isinstance(value, models.Model):
             value = value.prepare_database_save(field)
         return field.get_db_prep_save(value, connection)
-
-    def update(self, pk: Any, changes: dict[str, Any], where: dict[str, Any] | None = None) -> int:
-        """`filter(pk=pk, **where).update(**changes)`, in plain SQL: how many rows changed.
-        (A None change writes NULL, as the ORM's `update` does, a JSON field's too.) `where`
-        takes equalities, and the lookups `name__gt` and `name__lte`."""
-        where = where or {}
-        key = (tuple(changes), tuple(where))
-        sql = self._updates.get(key)
-        if sql is None:
-            sets = ", ".join(f"{quote(_column(self._by_name[name]))} = %s" for name in changes)
-            tests = "".join(f" AND {self._test(lookup)}" for lookup in where)
-            sql = self._updates[key] = (
-                f"UPDATE {self.table} SET {sets} WHERE {self.pk_column} = %s{tests}"
-            )
-        params = [self.prepared(name, value) for name, value in changes.items()]
-        params.append(pk)
-        params.extend(
-            self.prepared(lookup.split("__")[0], value) for lookup, value in where.items()
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return int(cursor.rowcount)
 
     def insert(self, instance: models.Model) -> None:
         """INSERT `instance` (its primary key made by the database) and give it its key, as
@@ -179,7 +190,7 @@ class Columns:
         instance._state.db = connection.alias
 
 
-_OPERATORS = {"": "=", "gt": ">", "lte": "<="}
+_OPERATORS = {"": "=", "gt": ">", "lte": "<="}  # and "in", written by `_condition`
 
 
 def _column(field: models.Field[Any, Any]) -> str:

@@ -158,3 +158,16 @@ def test_an_update_takes_related_instances_and_the_lookups_it_names() -> None:
     )
     overdue = {"expires_at__lte": now}
     assert columns(ApprovalRequest).update(request.pk, {"status": "expired"}, where=overdue) == 0
+
+
+def test_a_filter_in_plain_sql_is_the_orms_filter_and_an_empty_in_reads_nothing() -> None:
+    first, second = make_request(pause=2), make_request(pause=1)
+    keys = [second.pk, first.pk]
+    found = columns(ApprovalRequest).filter({"pk__in": keys}, order_by=("pause", "id"))
+    orm = ApprovalRequest.objects.filter(pk__in=keys).order_by("pause", "id")
+    assert [values(each) for each in found] == [values(each) for each in orm]
+    assert [each.pk for each in found] == [second.pk, first.pk]
+    with CaptureQueriesContext(connection) as queries:
+        assert columns(ApprovalRequest).filter({"pk__in": []}) == []
+        assert columns(ApprovalRequest).exists({"pk__in": []}) is False
+    assert len(queries) == 0
