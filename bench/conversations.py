@@ -5,8 +5,8 @@ workers, nginx; agentsite/cluster.py).
 The model is the demo's, after `BENCH_MODEL_LATENCY` seconds of waiting per call
 (`LatencyDemoModel`, the cluster's `AGENTSITE_OFFLINE_MODEL`). A turn ("where is order 44") is
 two model calls, so the ideal wall time is 2 × the latency whatever N is; efficiency = ideal ÷
-the wall time from the first message sent (through nginx, from 20 threads) to the last run's
-end (its `finished`). The conversations are opened beforehand, untimed. One cluster serves
+the wall time from the first message sent (through nginx, from 20 threads, as the chat page
+sends it: an htmx POST answered with the composer) to the last run's end (its `finished`). The conversations are opened beforehand, untimed. One cluster serves
 every case; before each, its workers are started again with the case's latency (the web
 processes never call the model), and warmed by a few untimed turns until each has run one.
 
@@ -124,7 +124,7 @@ def _warm_round(cluster: Any, alice: Person) -> int:
     since = time.time()
     sessions = [alice.new_conversation() for _ in range(2 * len(cluster.worker))]
     for session in sessions:
-        alice.say(session, "where is order 44")
+        alice.say(session, "where is order 44", htmx=True)
     count = f"SELECT count(*), count(DISTINCT worker_ids) FROM {table} "
     ended = count + "WHERE status = 'SUCCESSFUL' AND enqueued_at >= to_timestamp(%s)"
     deadline = time.monotonic() + 60
@@ -164,7 +164,7 @@ def _measure(cluster: Any, alice: Person, conversations: int) -> Seen:
     web_before, workers_before = _cpu_seconds(web), _cpu_seconds(workers)
     started = time.time()
     with ThreadPoolExecutor(20) as pool:
-        list(pool.map(lambda session: alice.say(session, "where is order 44"), sessions))
+        list(pool.map(lambda session: alice.say(session, "where is order 44", htmx=True), sessions))
     deadline = time.monotonic() + 600
     while True:
         [(done, failed)] = cluster_rows(

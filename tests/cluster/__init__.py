@@ -146,11 +146,13 @@ class Person:
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
         return self._open(urllib.request.Request(self.url + path, headers=headers or {}))
 
-    def post(self, path: str, data: dict[str, str]) -> tuple[int, str, str]:
+    def post(
+        self, path: str, data: dict[str, str], headers: dict[str, str] | None = None
+    ) -> tuple[int, str, str]:
         """POST `data` as the page's form would, with the CSRF cookie's token."""
         token = next((c.value or "" for c in self.jar if c.name == "csrftoken"), "")
         body = urllib.parse.urlencode({**data, "csrfmiddlewaretoken": token}).encode()
-        return self._open(urllib.request.Request(self.url + path, body))
+        return self._open(urllib.request.Request(self.url + path, body, headers=headers or {}))
 
     def _open(self, request: urllib.request.Request) -> tuple[int, str, str]:
         try:
@@ -165,9 +167,14 @@ class Person:
         assert status == 200, status
         return urllib.parse.urlsplit(url).path.strip("/").split("/")[-1]
 
-    def say(self, session_id: str, text: str) -> None:
-        status, page, _ = self.post(f"/chats/{session_id}/messages/", {"text": text})
+    def say(self, session_id: str, text: str, *, htmx: bool = False) -> None:
+        """Send `text` in the conversation: as a form without script (answered with a
+        redirect to the whole chat page, which is read), or with `htmx` as the chat page
+        sends it (answered with the composer alone)."""
+        headers = {"HX-Request": "true"} if htmx else None
+        status, page, _ = self.post(f"/chats/{session_id}/messages/", {"text": text}, headers)
         assert status == 200, (status, page[:500])
+        assert htmx == ('id="composer"' in page and "<html" not in page), page[:500]
 
     def decide(self, request_id: int, action: str = "approve") -> None:
         _, page, _ = self.get(f"/inbox/{request_id}/")
