@@ -295,10 +295,14 @@ if DATABASE_POOL and DATABASES["default"]["ENGINE"] == "django.db.backends.postg
         raise ImproperlyConfigured(f"DATABASE_POOL_TIMEOUT={DATABASE_POOL_TIMEOUT} is not > 0.")
     # Django returns a pooled connection at close(), so connections are not kept (age 0).
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    from agentsite.db import health
+
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": DATABASE_POOL_MIN_SIZE,
         "max_size": DATABASE_POOL_MAX_SIZE,
         "timeout": DATABASE_POOL_TIMEOUT,
+        # A connection is checked before it is handed out, at most once per 2 s (health.py).
+        "check": health.check_connection,
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Django's backend with writers queued in the process and WAL checkpoints off the

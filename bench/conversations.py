@@ -6,9 +6,10 @@ The model is the demo's, after `BENCH_MODEL_LATENCY` seconds of waiting per call
 (`LatencyDemoModel`, the cluster's `AGENTSITE_OFFLINE_MODEL`). A turn ("where is order 44") is
 two model calls, so the ideal wall time is 2 × the latency whatever N is; efficiency = ideal ÷
 the wall time from the first message sent (through nginx, from 20 threads, as the chat page
-sends it: an htmx POST answered with the composer) to the last run's end (its `finished`). The conversations are opened beforehand, untimed. One cluster serves
-every case; before each, its workers are started again with the case's latency (the web
-processes never call the model), and warmed by a few untimed turns until each has run one.
+sends it: an htmx POST answered with the composer) to the last run's end (its `finished`).
+The conversations are opened beforehand, untimed. One cluster serves every case; before
+each, its workers are started again with the case's latency (the web processes never call the
+model), and warmed by a few untimed turns until each has run one.
 
 The workers are `manage.py run_worker` at `AGENTSITE_WORKER_CONCURRENCY` (the default, unless
 the environment this runs in sets it); the row says which, the most runs each case had in
@@ -180,6 +181,15 @@ def _measure(cluster: Any, alice: Person, conversations: int) -> Seen:
         assert time.monotonic() < deadline, f"{done} of {conversations} runs completed"
         time.sleep(0.1)
     web_cpu, workers_cpu = _cpu_seconds(web) - web_before, _cpu_seconds(workers) - workers_before
+    # A run's row says completed a moment before its worker marks the task finished.
+    while cluster_rows(
+        cluster,
+        f"SELECT 1 FROM {DBTaskResult._meta.db_table} "
+        "WHERE started_at >= to_timestamp(%s) AND finished_at IS NULL",
+        started,
+    ):
+        assert time.monotonic() < deadline, "tasks left unfinished after their runs ended"
+        time.sleep(0.05)
     [(created, end)] = cluster_rows(
         cluster, "SELECT max(created), max(finished) FROM approvals_agentrun WHERE id > %s", before
     )

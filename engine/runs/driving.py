@@ -132,6 +132,7 @@ async def _drive(
     session = rows.session_of(run)
     result: RunResultStreaming | None = None
     stopper: stopping.Stopper | None = None
+    deltas = streaming.Deltas(run.pk, conversation.pk, run.pause_count)
     # Rules that ask for a person or reject stop calls of tools that need no approval too.
     await policies.aguard(agent)
     try:
@@ -152,29 +153,23 @@ async def _drive(
                 stream_event.data, ResponseTextDeltaEvent
             ):
                 delta = stream_event.data.delta
-                await events.publish(
-                    [
-                        events.TextDelta(
-                            run_id=run.pk,
-                            conversation_id=conversation.pk,
-                            delta=delta,
-                            at=streamed.length,
-                            segment=run.pause_count,
-                        )
-                    ]
-                )
+                deltas.add(delta, streamed.length)
                 streamed.add(delta)
             if streamed.due():
                 await db_hop(streaming.save_streamed)(run.pk, streamed.text())
     except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as tripped:
+        await deltas.flush()
         await endings.end_by_guardrail(run, session, tripped, result)
         return
     except Exception as exc:
+        await deltas.flush()
         await endings.end_by_error(run, session, exc, result)
         return
     finally:
         if stopper is not None:
             stopper.done()
+        # The deltas reach the pages before whatever the run says next (its end, its pause).
+        await deltas.flush()
     assert stopper is not None
     if stopper.stopped:
         await stopping.end_stopped(run, session, stopper, result)

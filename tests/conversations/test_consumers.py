@@ -4,6 +4,7 @@ authentication, ownership, and the fragments it pushes."""
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 from datetime import timedelta
 from typing import Any
@@ -181,7 +182,10 @@ async def test_a_failed_run_s_block_says_why() -> None:
     await communicator.disconnect()
 
 
-async def test_a_whole_turn_streams_word_by_word_then_shows_the_reply(submitted: list) -> None:
+async def test_a_whole_turn_streams_word_by_word_then_shows_the_reply(
+    submitted: list, settings: Any
+) -> None:
+    settings.AGENTSITE_DEMO_STREAM_DELAY = 0.02  # a word every 20 ms, as a model writes
     alice, conversation, cookie = await sync_to_async(setup_alice)()
     communicator = socket(conversation, cookie, ORIGIN)
     await communicator.connect()
@@ -199,8 +203,13 @@ async def test_a_whole_turn_streams_word_by_word_then_shows_the_reply(submitted:
     deltas = [
         f for f in frames if f.startswith(f'<span hx-swap-oob="beforeend:#run-{run.pk}-text"')
     ]
-    assert len(deltas) > 5  # one per word
-    words = "".join(re.sub(r"<[^>]+>", "", delta) for delta in deltas)
+    # A piece per word as they came (a few together when they came while the one before was
+    # still being sent: `streaming.Deltas`), each piece where the one before it ended.
+    assert len(deltas) > 5
+    ats = [int(re.findall(r'data-at="(\d+)"', delta)[0]) for delta in deltas]
+    texts = [html.unescape(re.sub(r"<[^>]+>", "", delta)) for delta in deltas]
+    assert ats == [len("".join(texts[:i])) for i in range(len(texts))]
+    words = "".join(texts)
     assert words.startswith("Here is what I found:")
     running = frames[0]
     assert 'data-status="running"' in running and f'id="run-{run.pk}-text"' in running

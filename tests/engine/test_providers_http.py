@@ -152,6 +152,7 @@ async def test_a_streamed_reply_reaches_the_chat_socket_in_pieces(
 ) -> None:
     use_local_provider(settings, local_provider, api)
     local_provider.script(text(REPLY))
+    local_provider.pace = 0.02  # a word every 20 ms, as a model writes
     cookie = await sync_to_async(lambda: session_cookie(conversation.owner))()
     communicator = WebsocketCommunicator(
         application,
@@ -179,7 +180,16 @@ async def test_a_streamed_reply_reaches_the_chat_socket_in_pieces(
         frames.append(await communicator.receive_from(timeout=10))
     await communicator.disconnect()
 
-    assert len(pieces()) == len(REPLY.split(" "))  # a piece per word, as the server sent them
+    # In pieces as the words came: one each, or a few together when they came while the
+    # one before was still being sent (`streaming.Deltas`); never cut inside a word.
+    words = REPLY.split(" ")
+    assert len(pieces()) > 1
+    at = 0
+    for piece in pieces():
+        count = len(piece.strip().split(" "))
+        assert piece.strip() == " ".join(words[at : at + count]), (piece, at)
+        at += count
+    assert at == len(words)
     assert REPLY in frames[-1]
     await run.arefresh_from_db()
     assert run.status == RunStatus.COMPLETED and run.final_output == REPLY

@@ -381,8 +381,10 @@ def test_a_database_error_that_is_not_the_pool_is_not_called_busy() -> None:
 
 
 SHOW_DATABASE = (
-    "import agentsite.settings as s; d = s.DATABASES['default']; "
-    "print(d['CONN_MAX_AGE'], d.get('OPTIONS', {}).get('pool'))"
+    "import agentsite.settings as s; from agentsite.db import health; "
+    "d = s.DATABASES['default']; p = d.get('OPTIONS', {}).get('pool'); "
+    "c = p and p.pop('check') is health.check_connection; "
+    "print(d['CONN_MAX_AGE'], p, 'checked' if c else '')"
 )
 
 
@@ -407,14 +409,14 @@ POSTGRES_URL = "postgres://agentsite@127.0.0.1:5432/agentsite"
 def test_postgresql_pools_by_default_with_the_sizes_of_the_settings() -> None:
     default = database_settings(DATABASE_URL=POSTGRES_URL)
     assert default.returncode == 0, default.stderr
-    assert default.stdout.strip() == "0 {'min_size': 2, 'max_size': 10, 'timeout': 10.0}"
+    assert default.stdout.strip() == ("0 {'min_size': 2, 'max_size': 10, 'timeout': 10.0} checked")
     sized = database_settings(
         DATABASE_URL=POSTGRES_URL,
         DATABASE_POOL_MIN_SIZE="1",
         DATABASE_POOL_MAX_SIZE="32",
         DATABASE_POOL_TIMEOUT="2.5",
     )
-    assert sized.stdout.strip() == "0 {'min_size': 1, 'max_size': 32, 'timeout': 2.5}"
+    assert sized.stdout.strip() == "0 {'min_size': 1, 'max_size': 32, 'timeout': 2.5} checked"
     off = database_settings(DATABASE_URL=POSTGRES_URL, DATABASE_POOL="0")
     assert off.stdout.strip() == "60 None"
     sqlite = database_settings()

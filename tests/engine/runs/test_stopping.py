@@ -135,6 +135,54 @@ async def test_a_stop_taken_by_another_process_reaches_the_stream_within_a_poll(
     assert items[-1]["role"] == "assistant" and items[-1]["content"]
 
 
+@pytest.mark.usefixtures("slow_words")
+async def test_the_runs_streaming_on_a_loop_read_their_stop_marks_together(
+    submitted: list, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three runs stream at once on this loop: each poll is one read for the three (not one
+    each), and a mark set for one of them stops that one alone."""
+    monkeypatch.setattr(stopping, "STOP_POLL_SECONDS", 0.05)
+    loop = asyncio.get_running_loop()
+    reads: list[tuple[float, set[int]]] = []
+    real = stopping._stops_requested
+
+    all_three = asyncio.Event()
+    ids: set[int] = set()
+
+    def counted(since: dict[int, Any]) -> list[int]:
+        reads.append((loop.time(), set(since)))
+        if ids and set(since) == ids:
+            loop.call_soon_threadsafe(all_three.set)
+        return real(since)
+
+    monkeypatch.setattr(stopping, "_stops_requested", counted)
+    started = []
+    for _ in range(3):
+        conversation = await sync_to_async(make_conversation)(owner=alice)
+        started.append(await sync_to_async(runs.start_run)(conversation, GREETING, alice))
+    executions = [asyncio.create_task(runs.execute(run.pk)) for run in started]
+    ids.update(run.pk for run in started)
+    await asyncio.gather(*(words_heard(run, 3) for run in started))
+    await asyncio.wait_for(all_three.wait(), 5)  # a poll that read the three at once
+    await AgentRun.objects.filter(pk=started[0].pk).aupdate(stop_requested=timezone.now())
+    await asyncio.wait_for(executions[0], 5)
+    await asyncio.wait_for(asyncio.gather(*executions[1:]), 30)
+
+    statuses = [(await AgentRun.objects.aget(pk=run.pk)).status for run in started]
+    assert statuses == [RunStatus.CANCELLED, RunStatus.COMPLETED, RunStatus.COMPLETED]
+    # One read a poll for all three: never more reads than polls fit in the time they took
+    # (three watchers of their own would read about three times that).
+    span = reads[-1][0] - reads[0][0]
+    assert len(reads) >= 3
+    assert len(reads) <= span / stopping.STOP_POLL_SECONDS + 2, (len(reads), span)
+    # The watcher ends with the last run, and reads nothing more.
+    count = len(reads)
+    await asyncio.sleep(5 * stopping.STOP_POLL_SECONDS)
+    assert len(reads) == count
+    assert not stopping._watched.get(loop)
+    assert loop not in stopping._watchers
+
+
 def test_a_queued_run_stopped_never_starts(submitted: list, alice: Any) -> None:
     conversation = make_conversation(owner=alice)
     run = runs.start_run(conversation, GREETING, alice)

@@ -54,3 +54,68 @@ def test_a_streaming_run_stores_what_it_said_and_numbers_each_delta(
     assert 1 <= len(saved) < len(deltas)
     assert all(text.startswith(part) for part in saved)
     assert run.streamed_text == ""  # the session holds the reply now
+
+
+async def test_deltas_that_come_while_one_is_sent_go_out_together_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delta goes out at once; the ones that arrive during its round trip go out as one
+    message, from where the first of them starts; nothing is lost or reordered."""
+    sent: list[tuple[str, int]] = []
+    in_flight = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_publish(published: Any) -> None:
+        (delta,) = published
+        sent.append((delta.delta, delta.at))
+        in_flight.set()
+        await release.wait()
+
+    monkeypatch.setattr(events, "publish", slow_publish)
+    deltas = streaming.Deltas(run_id=1, conversation_id=2, segment=0)
+    deltas.add("Hel", 0)
+    await asyncio.wait_for(in_flight.wait(), 1)
+    assert sent == [("Hel", 0)]  # at once, without waiting for more
+    for at, word in ((3, "lo"), (5, ", "), (7, "world")):
+        deltas.add(word, at)
+    release.set()
+    await asyncio.wait_for(deltas.flush(), 1)
+
+    assert sent == [("Hel", 0), ("lo, world", 3)]
+    deltas.add("!", 12)  # after a flush, the next one goes out on its own again
+    await asyncio.wait_for(deltas.flush(), 1)
+    assert sent[-1] == ("!", 12)
+
+
+def test_a_run_ends_after_its_last_delta_reached_the_pages(
+    conversation: Conversation, submitted: list, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deltas are sent beside the stream, not waited for by it: the run's completion is still
+    published after every one of them, and the text they carry is the whole reply."""
+    settings.AGENTSITE_DEMO_STREAM_DELAY = 0
+    order: list[Any] = []
+    publish = events.publish
+
+    async def slow_publish(published: Any) -> None:
+        published = list(published)
+        if any(isinstance(event, events.TextDelta) for event in published):
+            await asyncio.sleep(0.02)  # a slow layer: the stream runs ahead of it
+        order.extend(published)
+        await publish(published)
+
+    monkeypatch.setattr(events, "publish", slow_publish)
+    run = runs.start_run(conversation, "hello", conversation.owner)
+    asyncio.run(runs.execute(run.pk))
+    run.refresh_from_db()
+
+    assert run.status == RunStatus.COMPLETED
+    texts = [event for event in order if isinstance(event, events.TextDelta)]
+    assert "".join(event.delta for event in texts) == run.final_output
+    assert 1 <= len(texts) < len(run.final_output.split())  # merged while the layer was slow
+    last_delta = max(i for i, event in enumerate(order) if isinstance(event, events.TextDelta))
+    ended = [
+        i
+        for i, event in enumerate(order)
+        if isinstance(event, events.RunUpdated) and event.status == RunStatus.COMPLETED
+    ]
+    assert ended and ended[0] > last_delta
