@@ -14,12 +14,15 @@ event (a pending list's filter; a request page's request; nothing for the count 
 every socket of that view sends the same text (see `shared`). What differs by reviewer is only
 whether she started the request's conversation (separation of duties: "needs another
 reviewer", Approve disabled): a frame holds both texts, rendered once, and each socket sends
-the one for its user (`Frame.for_user`).
+the one for its user (`Frame.for_user`). The second text is rendered only when she has an
+inbox open in this process (`_viewers`): most requests are asked by end users, who have none,
+and then neither her permissions are read nor a second row rendered.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Coroutine, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +50,10 @@ SHARE_SECONDS = 2.0
 SHARE_MAX = 1024
 
 _Key = tuple[Hashable, ...]
+
+# The users with an inbox socket open in this process (how many each): who a frame's second
+# text could be for. Counted from before a socket joins the group until it leaves it.
+_viewers: Counter[int] = Counter()
 
 
 @dataclass(frozen=True)
@@ -141,16 +148,27 @@ def _badge() -> str:
 
 
 def _for_everyone(
-    approval: ApprovalRequest, render: Callable[[Any], str], after: str = ""
+    approval: ApprovalRequest,
+    render: Callable[[Any], str],
+    after: str = "",
+    viewers: frozenset[int] = frozenset(),
 ) -> Frame:
     """`render(viewer)` as reviewers see it, and, when the one who started its conversation
-    (or asked for its run) is a reviewer, as she sees it: "needs another reviewer"."""
+    (or asked for its run) is a reviewer with an inbox open here (one of `viewers`), as she
+    sees it: "needs another reviewer"."""
     text = render(None) + after
     run = approval.run
+    # Most often the one who asked is the conversation's owner: one person, asked once
+    # whether she is a reviewer (two queries of permissions), and only when she is watching.
+    people = {
+        user.pk: user
+        for user in (run.conversation.owner, run.requested_by)
+        if user is not None and user.pk in viewers
+    }
     starters = [
         user
-        for user in (run.conversation.owner, run.requested_by)
-        if user is not None and runs.needs_another_reviewer(approval, user) and is_reviewer(user)
+        for user in people.values()
+        if runs.needs_another_reviewer(approval, user) and is_reviewer(user)
     ]
     if not starters:
         return Frame(text)
@@ -164,7 +182,7 @@ def _render_badge() -> Frame:
 
 
 @database_sync_to_async
-def _render_new_row(request_id: int, back: str) -> Frame:
+def _render_new_row(request_id: int, back: str, viewers: frozenset[int] = frozenset()) -> Frame:
     approval = views.with_people(views.open_requests()).filter(pk=request_id).first()
     if approval is None:
         return Frame(_badge())
@@ -173,11 +191,16 @@ def _render_new_row(request_id: int, back: str) -> Frame:
         html = views.render_row(approval, back=back, user=viewer)
         return f'<div hx-swap-oob="afterbegin:#pending-rows">{html}</div>'
 
-    return _for_everyone(approval, row, _badge())
+    return _for_everyone(approval, row, _badge(), viewers)
 
 
 @database_sync_to_async
-def _render_decided_row(request_id: int, matches: Callable[[Any], bool], back: str) -> Frame:
+def _render_decided_row(
+    request_id: int,
+    matches: Callable[[Any], bool],
+    back: str,
+    viewers: frozenset[int] = frozenset(),
+) -> Frame:
     approval = _load(request_id)
     if approval is None or not matches(approval):
         return Frame(_badge())
@@ -185,6 +208,7 @@ def _render_decided_row(request_id: int, matches: Callable[[Any], bool], back: s
         approval,
         lambda viewer: views.render_row(approval, oob="true", back=back, user=viewer),
         _badge(),
+        viewers,
     )
 
 
@@ -194,7 +218,7 @@ def _removed_row(request_id: int) -> str:
 
 
 @database_sync_to_async
-def _render_panel(request_id: int) -> Frame:
+def _render_panel(request_id: int, viewers: frozenset[int] = frozenset()) -> Frame:
     approval = _load(request_id)
     if approval is None:
         return Frame(_badge())
@@ -209,7 +233,7 @@ def _render_panel(request_id: int) -> Frame:
             "approvals/request_detail.html#decision-panel", {**context, "user": viewer}
         )
 
-    return _for_everyone(approval, panel, state + _badge())
+    return _for_everyone(approval, panel, state + _badge(), viewers)
 
 
 class InboxConsumer(GuardedConsumer):
@@ -230,6 +254,8 @@ class InboxConsumer(GuardedConsumer):
             self.view.cleaned_data.get(field) or "" for field in InboxSocketForm.COLUMNS
         )
         self.back = views.inbox_url(views.filter_query(self.view))
+        self.viewer = self.scope["user"].pk
+        _viewers[self.viewer] += 1
         await self.join(events.INBOX_GROUP)
         await self.guard()
         await self.accept()
@@ -237,6 +263,12 @@ class InboxConsumer(GuardedConsumer):
     async def disconnect(self, code: int) -> None:
         await self.leave(events.INBOX_GROUP)
         await self.unguard()
+        viewer = getattr(self, "viewer", None)
+        if viewer is not None:
+            del self.viewer  # counted once, however often it is told it disconnected
+            _viewers[viewer] -= 1
+            if _viewers[viewer] <= 0:
+                del _viewers[viewer]
 
     def still_allowed(self, user: User) -> bool:
         return is_reviewer(user)
@@ -274,20 +306,22 @@ class InboxConsumer(GuardedConsumer):
         key = event_key(event)
         if self.show == "pending" and self.view.matches(event):
             back = self.back
+            viewers = frozenset(_viewers)
             return await shared(
                 (*key, "pending", self.filter),
-                lambda: _render_new_row(event.request_id, back),
+                lambda: _render_new_row(event.request_id, back, viewers),
             )
         return await shared((*key, "badge"), _render_badge)
 
     async def _decided(self, event: events.ApprovalDecided) -> Frame:
         key = event_key(event)
         if self.show == "pending":
-            matches, back = self.view.matches, self.back
+            matches, back, viewers = self.view.matches, self.back, frozenset(_viewers)
             return await shared(
                 (*key, "pending", self.filter),
-                lambda: _render_decided_row(event.request_id, matches, back),
+                lambda: _render_decided_row(event.request_id, matches, back, viewers),
             )
         if self.show == "request" and event.request_id == self.request_id:
-            return await shared((*key, "panel"), lambda: _render_panel(event.request_id))
+            viewers = frozenset(_viewers)
+            return await shared((*key, "panel"), lambda: _render_panel(event.request_id, viewers))
         return await shared((*key, "badge"), _render_badge)

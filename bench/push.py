@@ -16,8 +16,9 @@ socket's check of its session, kept for `RECHECK_SECONDS`, is fresh for most pus
 spaced by more than `RECHECK_SECONDS`, as approvals come in a quiet inbox, where every socket
 checks its session before every push.
 
-The sessions are copies of one reviewer's session row (rita's, after one login): each is read
-and checked on its own, and 50 logins would only add 50 password hashes to the set-up.
+The sockets are 50 reviewers' (rita and 49 copies of her made for the benchmark, each with her
+session's data signed for its own user: 50 logins would add 50 password hashes to the
+set-up): each socket's check reads its own session and user, as 50 people's would.
 
 `BENCH_PUSH_SPLIT=1 python -m bench --only push` adds where the time goes: the cluster's
 processes load `bench/push_split/sitecustomize.py`, which stamps each request's event in the
@@ -95,9 +96,9 @@ def run(config: Config) -> list[Row]:
     with running_cluster(env=env) as cluster:
         alice = Person.signed_in(cluster.url, "alice")
         rita = Person.signed_in(cluster.url, "rita")
-        sessions = _copies_of_session(cluster, rita, reviewers)
+        sessions = _reviewers_sessions(cluster, rita, reviewers)
         before = [served_sockets(web, "/ws/inbox/") for web in cluster.web]
-        back_to_back, spaced = asyncio.run(
+        _warm_up, back_to_back, spaced = asyncio.run(
             _measure(alice, rita, sessions, [(rounds, 0.0), (spaced_rounds, SPACED_SECONDS)])
         )
         spread = [
@@ -114,7 +115,7 @@ def run(config: Config) -> list[Row]:
     if "BENCH_PUSH_STAMPS" in env:
         rows.append(_split(stamps, created, back_to_back + spaced))
     over = " + ".join(map(str, spread))
-    sockets = f"{reviewers} reviewer sockets, a session each, over the web processes ({over})"
+    sockets = f"{reviewers} reviewers' sockets, a session each, over the web processes ({over})"
     return [
         *rows,
         _row(f"{sockets}, {rounds} requests back to back", back_to_back, created, rounds),
@@ -190,21 +191,60 @@ def _split(stamps: Path, created: dict[int, float], arrived: Arrivals) -> Row:
     )
 
 
-def _copies_of_session(cluster: Cluster, person: Person, count: int) -> list[str]:
-    """`count` session keys, each a row of its own holding a copy of `person`'s session (the
-    same user, signed in, as after a login of her own)."""
+def _reviewers_sessions(cluster: Cluster, person: Person, count: int) -> list[str]:
+    """`count` session keys of as many reviewers: `person`'s own, and one each of `count` - 1
+    reviewers made for the benchmark as copies of her (her groups and permissions, her
+    password, so the same session hash holds), each signed in as after a login of her own
+    (her session's data with the user changed, signed with the cluster's key)."""
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.core import signing
+
+    secret = cluster._secret_key()
+    salt = "django.contrib.sessions." + SessionStore.__qualname__  # SessionBase.key_salt
     own = next(cookie.value for cookie in person.jar if cookie.name == SESSION_COOKIE)
     assert own, f"{person.username} has no session cookie"
-    keys = [own] + [secrets.token_hex(16) for _ in range(count - 1)]
-    for key in keys[1:]:
+    [(data, expires)] = cluster_rows(
+        cluster, "SELECT session_data, expire_date FROM django_session WHERE session_key = %s", own
+    )
+    session = signing.loads(data, key=secret, salt=salt, serializer=signing.JSONSerializer)
+    keys = [own]
+    for number in range(1, count):
+        [(user_id,)] = cluster_rows(
+            cluster,
+            "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, "
+            "email, is_staff, is_active, date_joined) SELECT password, is_superuser, %s, '', '', "
+            "'', is_staff, is_active, now() FROM auth_user WHERE username = %s RETURNING id",
+            f"{person.username}-{number}",
+            person.username,
+        )
+        for table, column in (
+            ("auth_user_groups", "group_id"),
+            ("auth_user_user_permissions", "permission_id"),
+        ):
+            cluster_rows(
+                cluster,
+                f"INSERT INTO {table} (user_id, {column}) SELECT %s, {column} FROM {table} "
+                "JOIN auth_user ON auth_user.id = user_id WHERE username = %s RETURNING 1",
+                user_id,
+                person.username,
+            )
+        key = secrets.token_hex(16)
+        signed = signing.dumps(
+            {**session, "_auth_user_id": str(user_id)},
+            key=secret,
+            salt=salt,
+            serializer=signing.JSONSerializer,
+            compress=True,
+        )
         cluster_rows(
             cluster,
             "INSERT INTO django_session (session_key, session_data, expire_date) "
-            "SELECT %s, session_data, expire_date FROM django_session WHERE session_key = %s "
-            "RETURNING session_key",
+            "VALUES (%s, %s, %s) RETURNING session_key",
             key,
-            own,
+            signed,
+            expires,
         )
+        keys.append(key)
     return keys
 
 
@@ -237,13 +277,16 @@ async def _measure(
     listeners = [asyncio.create_task(listen(n)) for n in range(len(sockets))]
     results: list[Arrivals] = []
     try:
-        for rounds, pause in sets:
+        # One untimed request first: each web process's first push compiles the row's
+        # templates and opens its connections, once in its life (a twentieth of the samples,
+        # which would be the p99 of the set).
+        for rounds, pause in [(1, 0.0), *sets]:
             seen = [set(socket) for socket in arrived]
             for _ in range(rounds):
                 await asyncio.sleep(pause)
                 counts = sum(len(socket) for socket in arrived)
                 session_id = await asyncio.to_thread(alice.new_conversation)
-                await asyncio.to_thread(alice.say, session_id, "cancel order 42")
+                await asyncio.to_thread(alice.say, session_id, "cancel order 42", htmx=True)
                 # One request at a time: wait until every socket has it (or give up on it).
                 deadline = time.monotonic() + 10
                 while sum(len(socket) for socket in arrived) < counts + len(sockets):

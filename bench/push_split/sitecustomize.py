@@ -59,9 +59,9 @@ def _wrap_everything() -> None:
 
     render = consumers._render_new_row
 
-    async def render_stamped(request_id: int, back: str) -> str:
+    async def render_stamped(request_id: int, back: str, viewers: frozenset[int]) -> str:
         stamp("render", request_id)
-        html: str = await render(request_id, back)
+        html: str = await render(request_id, back, viewers)
         stamp("rendered", request_id)
         return html
 

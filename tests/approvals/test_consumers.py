@@ -17,7 +17,7 @@ from approvals.models import ApprovalRequest
 from demo.seed import seed_orders
 from engine import events, runs
 from tests.approvals.test_views import XSS
-from tests.factories import make_conversation, make_request, make_reviewer, make_user
+from tests.factories import make_conversation, make_request, make_reviewer, make_run, make_user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_layer")]
 
@@ -386,3 +386,58 @@ async def test_a_shared_render_runs_once_and_a_failed_one_is_not_kept() -> None:
             await consumers.shared(("event", 3), broken)
     assert started.count(2) == 2  # tried again, not served from a failure
     consumers._shared.clear()
+
+
+def test_a_row_for_a_reviewer_who_asked_herself_asks_her_permissions_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The one who asked is most often the conversation's owner: the push's render asks once
+    whether that person is a reviewer (each ask is two queries of permissions) when she has
+    an inbox open, and renders her own text, with Approve disabled; when she has none, it
+    asks nothing and renders the row once."""
+    from approvals import consumers
+
+    rita = make_reviewer()
+    request = make_request(run=make_run(owner=rita))
+    asked: list[int] = []
+    real = consumers.is_reviewer
+
+    def counted(user: Any) -> bool:
+        asked.append(user.pk)
+        return real(user)
+
+    monkeypatch.setattr(consumers, "is_reviewer", counted)
+    render = consumers._render_new_row.func
+    frame = render(request.pk, "/inbox/", frozenset({rita.pk, rita.pk + 1}))
+
+    assert asked == [rita.pk]
+    assert frame.owners == frozenset({rita.pk})
+    assert "needs another reviewer" in frame.own and "needs another reviewer" not in frame.text
+
+    asked.clear()
+    unwatched = render(request.pk, "/inbox/", frozenset({rita.pk + 1}))
+    assert asked == []
+    assert unwatched.text == frame.text and unwatched.own == "" and not unwatched.owners
+
+
+async def test_a_reviewer_who_asked_herself_gets_her_own_row_on_her_open_inbox() -> None:
+    """rita started the conversation; bob did not: over their open inboxes, hers says it
+    needs another reviewer (Approve disabled), his does not, from one shared render."""
+    from approvals import consumers
+
+    rita = await sync_to_async(make_reviewer)()
+    bob = await sync_to_async(make_reviewer)(username="bob")
+    hers, _ = await open_socket(rita)
+    his, _ = await open_socket(bob)
+    assert consumers._viewers[rita.pk] == 1 and consumers._viewers[bob.pk] == 1
+    request = await sync_to_async(make_request)(run=await sync_to_async(make_run)(owner=rita))
+
+    await created(request)
+    her_row = await hers.receive_from(timeout=3)
+    his_row = await his.receive_from(timeout=3)
+
+    assert f'id="request-{request.pk}"' in her_row and f'id="request-{request.pk}"' in his_row
+    assert "needs another reviewer" in her_row and "needs another reviewer" not in his_row
+    await hers.disconnect()
+    await his.disconnect()
+    assert rita.pk not in consumers._viewers and bob.pk not in consumers._viewers

@@ -30,14 +30,14 @@ class Held:
 @pytest.fixture
 def held_check(monkeypatch: pytest.MonkeyPatch) -> Held:
     held = Held()
-    recheck = access.GuardedConsumer._recheck
+    recheck_all = access.recheck_all
 
-    def waits(self: access.GuardedConsumer) -> bool:
+    def waits(consumers: list[access.GuardedConsumer]) -> list[bool]:
         held.started.set()
         assert held.release.wait(10), "the check was never released"
-        return recheck(self) and not held.deny
+        return [ok and not held.deny for ok in recheck_all(consumers)]
 
-    monkeypatch.setattr(access.GuardedConsumer, "_recheck", waits)
+    monkeypatch.setattr(access, "recheck_all", waits)
     monkeypatch.setattr(access, "RECHECK_SECONDS", 0.0)
     return held
 
@@ -47,9 +47,9 @@ def renders(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     render = consumers._render_new_row
 
-    async def counted(request_id: int, back: str) -> str:
+    async def counted(request_id: int, back: str, viewers: frozenset[int]) -> str:
         seen.append(request_id)
-        html: str = await render(request_id, back)
+        html: str = await render(request_id, back, viewers)
         return html
 
     monkeypatch.setattr(consumers, "_render_new_row", counted)
