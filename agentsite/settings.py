@@ -213,8 +213,12 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # An htmx request whose session ended is sent to the login page as a whole page.
     "common.auth.htmx_login_redirect",
-    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    # Last of those that act, as django-axes asks: it turns a locked-out login into the
+    # lockout page.
     "axes.middleware.AxesMiddleware",
+    # Sync only, so that Django runs the whole chain in one thread under ASGI instead of two
+    # thread hops per middleware (agentsite/onethread.py).
+    "agentsite.onethread.one_thread",
 ]
 
 # One strict policy for every page, the admin's included, with DEBUG on or off: scripts and
