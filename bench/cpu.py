@@ -30,7 +30,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from bench import site, tracing_setup, turn
-from bench.harness import Config, Goal, Row, Samples, compared, interleave, ms, ratio
+from bench.harness import Config, Goal, Row, Samples, interleave, mean_compared
 from conversations.models import Conversation
 from engine import runs, serverloop
 from engine.models import AgentRun, RunStatus
@@ -129,13 +129,12 @@ def run(config: Config) -> list[Row]:
     plain = samples["run"]
     for part in (posts, jobs):  # the warm-up's repeat is not recorded
         del part.repeats[: len(part.repeats) - repeats]
-    return [
-        compared(
-            BENCHMARK,
-            "chat POST → worker job → reply stored (mean CPU per turn)",
-            ms(ours.mean()),
-            ms(peer.mean()),
-            ratio(ours, peer),
+    # (case, ours, the peer, what it means, goal): each a mean CPU per turn, ours ÷ the peer's.
+    rows: list[tuple[str, Samples, Samples, str, Goal | None]] = [
+        (
+            "chat POST → worker job → reply stored",
+            ours,
+            peer,
             "process CPU time (time.process_time, all threads) of a whole turn: the chat POST "
             "through Django's stack, the job as a db_worker runs it (asyncio.run of "
             "runs.run_job), trace export ÷ the bare SDK's Runner.run_streamed (its events "
@@ -143,40 +142,40 @@ def run(config: Config) -> list[Row]:
             "one tool call each",
             GOAL,
         ),
-        compared(
-            BENCHMARK,
-            "… the same ÷ Runner.run (mean CPU per turn)",
-            ms(ours.mean()),
-            ms(plain.mean()),
-            ratio(ours, plain),
+        (
+            "… the same ÷ Runner.run",
+            ours,
+            plain,
             "reference: the whole turn ÷ the bare SDK's Runner.run (not streamed) on a "
             "SQLiteSession, tracing disabled (issue 14's goal was ≤ 1.3× of this)",
+            None,
         ),
-        compared(
-            BENCHMARK,
-            "… of which the chat POST (mean CPU per turn)",
-            ms(posts.mean()),
-            ms(peer.mean()),
-            ratio(posts, peer),
+        (
+            "… of which the chat POST",
+            posts,
+            peer,
             "Django's request to chat_send with a server loop beside it (as daphne's), "
             "start_run, the composer fragment; ÷ the whole bare SDK turn (streamed)",
+            None,
         ),
-        compared(
-            BENCHMARK,
-            "… of which the job (mean CPU per turn)",
-            ms(jobs.mean()),
-            ms(peer.mean()),
-            ratio(jobs, peer),
+        (
+            "… of which the job",
+            jobs,
+            peer,
             "asyncio.run(runs.run_job) as a db_worker runs it, trace export included; ÷ the "
             "whole bare SDK turn (streamed)",
+            None,
         ),
-        compared(
-            BENCHMARK,
-            "the same, agentsite untraced (mean CPU per turn)",
-            ms(untraced.mean()),
-            ms(peer.mean()),
-            ratio(untraced, peer),
+        (
+            "the same, agentsite untraced",
+            untraced,
+            peer,
             "reference: agentsite's turn with tracing off (SDK tracing disabled): what the "
             "path costs without trace export",
+            None,
         ),
+    ]
+    return [
+        mean_compared(BENCHMARK, f"{case} (mean CPU per turn)", mine, theirs, meaning, goal)
+        for case, mine, theirs, meaning, goal in rows
     ]

@@ -187,6 +187,15 @@ def compared(
     )
 
 
+def mean_compared(
+    benchmark: str, case: str, ours: Samples, peer: Samples, meaning: str, goal: Goal | None = None
+) -> Row:
+    """One row: the mean of `ours` against the mean of `peer`, the ratio per repeat."""
+    return compared(
+        benchmark, case, ms(ours.mean()), ms(peer.mean()), ratio(ours, peer), meaning, goal
+    )
+
+
 def mean_and_median(
     benchmark: str,
     case: str,
@@ -199,15 +208,7 @@ def mean_and_median(
     """Two rows of one comparison of times per turn: the mean (held to `goal`), then the
     median of every turn."""
     return [
-        compared(
-            benchmark,
-            f"{case} (mean per turn)",
-            ms(ours.mean()),
-            ms(peer.mean()),
-            ratio(ours, peer),
-            meaning,
-            goal,
-        ),
+        mean_compared(benchmark, f"{case} (mean per turn)", ours, peer, meaning, goal),
         compared(
             benchmark,
             f"{case} (median per turn)",
