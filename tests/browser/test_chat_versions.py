@@ -86,9 +86,13 @@ def test_she_edits_her_second_message_and_switches_between_the_versions(
     assert "42" in edited_replies[1]
     page.screenshot(path=str(screenshots / "chat-versions.png"))
 
-    # Back to the original: its three turns, none of the edit.
+    # Back to the original: its three turns, none of the edit. The switch loads the page
+    # anew: its text is read once that page is loaded, live, and its first re-read landed
+    # (read while it loaded, a reply's text once came with its markdown's trailing newline).
     page.get_by_role("button", name="Original").click()
     expect(page.get_by_test_id("version-current")).to_have_text("Original")
+    page.wait_for_load_state("load")
+    wait_until_live(page)
     expect(page.locator(".msg-user .bubble")).to_have_count(3)
     assert bubbles(page) == QUESTIONS
     assert replies(page).all_inner_texts() == original_replies
