@@ -150,8 +150,8 @@ def _badge() -> str:
 def _for_everyone(
     approval: ApprovalRequest,
     render: Callable[[Any], str],
-    after: str = "",
-    viewers: frozenset[int] = frozenset(),
+    after: str,
+    viewers: frozenset[int],
 ) -> Frame:
     """`render(viewer)` as reviewers see it, and, when the one who started its conversation
     (or asked for its run) is a reviewer with an inbox open here (one of `viewers`), as she
@@ -182,7 +182,7 @@ def _render_badge() -> Frame:
 
 
 @database_sync_to_async
-def _render_new_row(request_id: int, back: str, viewers: frozenset[int] = frozenset()) -> Frame:
+def _render_new_row(request_id: int, back: str, viewers: frozenset[int]) -> Frame:
     approval = views.with_people(views.open_requests()).filter(pk=request_id).first()
     if approval is None:
         return Frame(_badge())
@@ -199,7 +199,7 @@ def _render_decided_row(
     request_id: int,
     matches: Callable[[Any], bool],
     back: str,
-    viewers: frozenset[int] = frozenset(),
+    viewers: frozenset[int],
 ) -> Frame:
     approval = _load(request_id)
     if approval is None or not matches(approval):
@@ -218,7 +218,7 @@ def _removed_row(request_id: int) -> str:
 
 
 @database_sync_to_async
-def _render_panel(request_id: int, viewers: frozenset[int] = frozenset()) -> Frame:
+def _render_panel(request_id: int, viewers: frozenset[int]) -> Frame:
     approval = _load(request_id)
     if approval is None:
         return Frame(_badge())

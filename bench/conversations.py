@@ -34,7 +34,7 @@ from django_tasks_db.models import DBTaskResult
 
 from bench.harness import Config, Row
 from demo.model import OfflineDemoModel
-from tests.cluster import Person, cluster_rows, running_cluster
+from tests.cluster import Person, cluster_rows, running_cluster, wait_for
 
 BENCHMARK = "conversations"
 GOAL = 0.8
@@ -182,14 +182,17 @@ def _measure(cluster: Any, alice: Person, conversations: int) -> Seen:
         time.sleep(0.1)
     web_cpu, workers_cpu = _cpu_seconds(web) - web_before, _cpu_seconds(workers) - workers_before
     # A run's row says completed a moment before its worker marks the task finished.
-    while cluster_rows(
-        cluster,
-        f"SELECT 1 FROM {DBTaskResult._meta.db_table} "
-        "WHERE started_at >= to_timestamp(%s) AND finished_at IS NULL",
-        started,
-    ):
-        assert time.monotonic() < deadline, "tasks left unfinished after their runs ended"
-        time.sleep(0.05)
+    wait_for(
+        "the runs' tasks marked finished",
+        lambda: (
+            not cluster_rows(
+                cluster,
+                f"SELECT 1 FROM {DBTaskResult._meta.db_table} "
+                "WHERE started_at >= to_timestamp(%s) AND finished_at IS NULL",
+                started,
+            )
+        ),
+    )
     [(created, end)] = cluster_rows(
         cluster, "SELECT max(created), max(finished) FROM approvals_agentrun WHERE id > %s", before
     )

@@ -40,16 +40,19 @@ def read_permissions(users: list[User]) -> None:
     }
     if not pending:
         return
-    own: dict[int, set[str]] = {pk: set() for pk in pending}
-    for user_id, app, codename in Permission.objects.filter(user__in=list(pending)).values_list(
-        "user", "content_type__app_label", "codename"
-    ):
-        own[user_id].add(f"{app}.{codename}")
-    grouped: dict[int, set[str]] = {pk: set() for pk in pending}
-    for user_id, app, codename in Permission.objects.filter(
-        group__user__in=list(pending)
-    ).values_list("group__user", "content_type__app_label", "codename"):
-        grouped[user_id].add(f"{app}.{codename}")
+
+    def by_user(user_field: str) -> dict[int, set[str]]:
+        """Each pending user's permissions reached through `user_field` ("user": her own;
+        "group__user": her groups'), named as `has_perm` names them."""
+        found: dict[int, set[str]] = {pk: set() for pk in pending}
+        reached = Permission.objects.filter(**{f"{user_field}__in": list(pending)})
+        for user_id, app, codename in reached.values_list(
+            user_field, "content_type__app_label", "codename"
+        ):
+            found[user_id].add(f"{app}.{codename}")
+        return found
+
+    own, grouped = by_user("user"), by_user("group__user")
     for pk, user in pending.items():
         # ModelBackend._get_permissions' own names for what it read.
         setattr(user, "_user_perm_cache", own[pk])  # noqa: B010

@@ -13,21 +13,18 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from engine import access
 from tests.engine.test_access import Inbox, open_socket
-from tests.factories import make_reviewer, make_user
+from tests.factories import client_of, make_reviewer, make_user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_layer")]
 
 
 def session_of(user: Any) -> str:
-    client = Client()
-    client.force_login(user)
-    return str(client.cookies["sessionid"].value)
+    return str(client_of(user).cookies["sessionid"].value)
 
 
 def test_sessions_are_read_together_and_each_answers_as_django_would() -> None:
