@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from conversations.models import Conversation
 from engine.models import AgentRun
-from tests.browser import log_in, open_new_chat, say
+from tests.browser import log_in, open_new_chat, say, wait_until_live
 from tests.factories import PASSWORD, VIEWER, make_user
 from tracing.models import Feedback
 
@@ -57,6 +57,9 @@ def test_a_thumbs_down_with_a_comment_on_a_live_reply_then_the_reload_shows_it(
     assert row.comment == "It did not say when it arrives."
 
     page.reload()
+    # Live, and the re-read its socket starts has landed: a click in the same instant (no
+    # person is that fast) could see that re-read, read before the click's write, land after.
+    wait_until_live(page)
     expect(page.get_by_role("button", name="Not helpful")).to_have_attribute("aria-pressed", "true")
     expect(page.get_by_role("button", name="Helpful", exact=True)).to_have_attribute(
         "aria-pressed", "false"
