@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import os
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
 from agentsite.db import pool
@@ -90,44 +91,68 @@ def _on_default[T](function: Callable[[], T]) -> T:
 
 
 def db_hop[**P, T](function: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """`function` as a coroutine function that runs it in a hop thread."""
-    hop: Callable[P, Coroutine[Any, Any, T]] | None = None
+    """`function` as a coroutine function that runs it in a hop thread, every database
+    connection of that thread checked before and after (`_fresh`).
+
+    Sync code in the hop may call back into async code with `async_to_sync` (an event
+    published from a commit hook, `engine.events.publish_sync`): it runs on the caller's
+    loop, whose channel-layer connections it shares, as under asgiref's `sync_to_async`.
+    That is all this keeps of `sync_to_async`, which cost three times as much CPU per hop
+    with a hundred runs in flight (`docs/benchmarks.md`, issue 28): no `Future` chained to
+    another and shielded, and no copy of every context variable back to the caller."""
 
     async def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        nonlocal hop
-        if hop is None:  # at the first call: the executor needs the settings
-            hop = sync_to_async(function, thread_sensitive=False, executor=hop_executor())
-        return await hop(*args, **kwargs)
+        return await _hop(_fresh, True, functools.partial(function, *args, **kwargs))
 
     return run
 
 
 def db_thread[**P, T](function: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Like `db_hop`, for work on the default database that never calls back into async code
-    (`async_to_sync` needs the loop that asgiref records): the session store's queries.
+    """Like `db_hop`, for work on the default database that never calls back into async code:
+    the session store's queries. Only that connection is checked (`_on_default`).
 
     It costs less than `asyncio.to_thread`, which the SDK's `SQLiteSession` uses: the thread
     hands its result straight to an asyncio future (no `concurrent.futures.Future` chained to
-    one), and checks the one connection it uses (`_on_default`). As with `to_thread`, a
-    caller that stops waiting does not stop the work, which runs to its end."""
+    one)."""
 
     async def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        context = contextvars.copy_context()
-
-        def work() -> None:
-            try:
-                result = context.run(_on_default, functools.partial(function, *args, **kwargs))
-            except BaseException as exc:
-                _settle(loop, future, _failed, exc)
-            else:
-                _settle(loop, future, _succeeded, result)
-
-        (_Threads.executor or hop_executor()).run_settled(work)
-        return await future
+        return await _hop(_on_default, False, functools.partial(function, *args, **kwargs))
 
     return run
+
+
+async def _hop[T](
+    check: Callable[[Callable[[], T]], T], calls_back: bool, call: Callable[[], T]
+) -> T:
+    """Run `call` in a hop thread, in a copy of the caller's context, through `check` (the
+    connections checked before and after); its result or exception is handed to the
+    caller's loop. As with `asyncio.to_thread`, a caller that stops waiting does not stop
+    the work, which runs to its end. With `calls_back`, `async_to_sync` in the work runs its
+    coroutine on the caller's loop: asgiref finds that loop where its own `sync_to_async`
+    leaves it, `SyncToAsync.threadlocal` (tested: `tests/agentsite/db/test_hops.py`)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        local = SyncToAsync.threadlocal
+        if calls_back:
+            local.main_event_loop = loop
+            local.main_event_loop_pid = os.getpid()
+            local.task_context = []
+        try:
+            result = context.run(check, call)
+        except BaseException as exc:
+            _settle(loop, future, _failed, exc)
+        else:
+            _settle(loop, future, _succeeded, result)
+        finally:
+            if calls_back:
+                # The next work on this thread may not call back: it gets no stale loop.
+                local.main_event_loop = None
+
+    (_Threads.executor or hop_executor()).run_settled(work)
+    return await future
 
 
 def _settle(
