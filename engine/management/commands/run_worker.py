@@ -42,6 +42,7 @@ from django_tasks_db.compat import TaskContext, task_finished, task_started
 from django_tasks_db.management.commands import db_worker
 from django_tasks_db.models import DBTaskResult
 
+from agentsite import heap
 from agentsite.db import hops
 from engine import sweeper
 from engine.models import ProcessKind
@@ -370,4 +371,6 @@ class Command(db_worker.Command):
             run_with_reloader(worker.run)
         else:
             worker.configure_signals()
+            # What the worker imported lives as long as it: out of the collector's sight.
+            heap.freeze_startup_heap()
             worker.run()
