@@ -11,8 +11,10 @@ consumer's `approval_created` method), and the payload sits under "event".
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -279,7 +281,8 @@ def publish_threadsafe(events: Iterable[Event]) -> None:
 
     The in-memory channel layer is only safe on its own event loop: while the server's loop
     runs, the events are sent from that loop. Otherwise they go from this thread's running
-    loop, if it has one, else through `publish_sync`.
+    loop, if it has one, else from the process's publishing loop (`_publishing_loop`), and
+    this thread waits for them to be sent (as `publish_sync` would).
     """
     try:
         events = list(events)
@@ -297,6 +300,29 @@ def publish_threadsafe(events: Iterable[Event]) -> None:
             _scheduled.add(task)
             task.add_done_callback(_scheduled.discard)
         else:
-            publish_sync(events)
+            loop = _publishing_loop()
+            sent = asyncio.run_coroutine_threadsafe(publish(events), loop)
+            # Each group's send is bounded (`publish`); a layer slower than that on every
+            # group is not waited for to the end.
+            concurrent.futures.wait([sent], timeout=PUBLISH_SECONDS * 2)
     except Exception:
         logger.exception("Could not publish events from a thread")
+
+
+class _Publishing:
+    lock = threading.Lock()
+    loop: asyncio.AbstractEventLoop | None = None
+
+
+def _publishing_loop() -> asyncio.AbstractEventLoop:
+    """The process's loop for events from threads that have none (the trace exporter's, in a
+    worker; a management command's commit hooks), started on first use. It keeps the channel
+    layer's connections from one publish to the next: `async_to_sync` from such a thread ran
+    each publish on a new loop, so with Redis a new connection each time (a worker's exporter
+    publishes after every batch of spans it stores)."""
+    with _Publishing.lock:
+        if _Publishing.loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="event-publishing", daemon=True).start()
+            _Publishing.loop = loop
+        return _Publishing.loop

@@ -152,8 +152,8 @@ async def test_publish_threadsafe_never_raises(monkeypatch: pytest.MonkeyPatch) 
     def broken() -> Any:
         raise RuntimeError("no layer")
 
-    monkeypatch.setattr(events, "publish_sync", lambda items: broken())
-    # From a thread with no event loop and no server loop: through the (broken) publish_sync.
+    monkeypatch.setattr(events, "_publishing_loop", broken)
+    # From a thread with no event loop and no server loop: through the (broken) publishing loop.
     await asyncio.to_thread(events.publish_threadsafe, [updated("trace_x", 1)])
     monkeypatch.setattr(events, "get_channel_layer", broken)
     # From this loop's thread: scheduled on it, and `publish` itself never raises.
@@ -255,3 +255,26 @@ async def test_the_runs_status_and_decisions_refresh_the_page_its_chat_does_not(
     await communicator.disconnect()
     layer = get_channel_layer()
     assert not layer.groups.get(f"conversation.{conversation}")
+
+
+def test_threads_without_a_loop_publish_on_one_loop_kept_for_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The trace exporter's thread in a worker: each publish used to run on a new loop (so with
+    Redis, a new connection each time). Now one loop serves them all, and the caller returns
+    once its events are sent."""
+    sent: list[tuple[asyncio.AbstractEventLoop, list[str]]] = []
+
+    async def publish(items: Any) -> None:
+        await asyncio.sleep(0.05)
+        sent.append((asyncio.get_running_loop(), [item.trace_id for item in items]))
+
+    monkeypatch.setattr(events, "publish", publish)
+    for name in ("trace_a", "trace_b"):
+        thread = threading.Thread(target=events.publish_threadsafe, args=([updated(name, 1)],))
+        thread.start()
+        thread.join(5)
+        assert sent and sent[-1][1] == [name]  # sent before the call returned
+    assert len(sent) == 2
+    assert sent[0][0] is sent[1][0]
+    assert sent[0][0].is_running()
