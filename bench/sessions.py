@@ -93,7 +93,10 @@ class RelaxedSQLiteSession(SQLiteSession):
 class Stores:
     """One conversation per case in each store, filled in bulk."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, prefix: str = "") -> None:
+        # Before every session id: stores made again in one process (a check measuring its
+        # rows a second time) open conversations of their own.
+        self.prefix = prefix
         self.sqlite_path = config.workdir / "sdk-sessions.sqlite3"
         self.relaxed_path = config.workdir / "sdk-sessions-normal-sync.sqlite3"
         self.sqlalchemy_path = config.workdir / "sdk-sqlalchemy-sessions.sqlite3"
@@ -139,7 +142,7 @@ class Stores:
             "relaxed": self.relaxed,
             "sqlalchemy": self.sqlalchemy,
         }[store]
-        return opener(session_id, fill)
+        return opener(f"{self.prefix}{session_id}", fill)
 
     def close(self) -> None:
         if self._engine is not None:
