@@ -22,9 +22,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from agents import RunConfig, Runner, SQLiteSession
+from agents import SQLiteSession
 
 from agentsite.db.sqlite import base as sqlite_backend
 from bench import site, tracing_setup
@@ -99,19 +98,12 @@ def site_wall(count: int, observed: Observed) -> list[float]:
 
 def sdk_wall(count: int, path: Path, observed: Observed, *, streamed: bool = False) -> list[float]:
     sessions = [SQLiteSession(site.sdk_session_id(), path) for _ in range(count)]
-    config = RunConfig(tracing_disabled=True)
-
-    async def one(session: SQLiteSession) -> Any:
-        if not streamed:
-            return await Runner.run(SDK_SLOW_AGENT, QUESTION, session=session, run_config=config)
-        result = Runner.run_streamed(SDK_SLOW_AGENT, QUESTION, session=session, run_config=config)
-        async for _ in result.stream_events():
-            pass
-        return result
 
     async def all_runs() -> float:
         started = time.perf_counter()
-        results = await asyncio.gather(*(one(s) for s in sessions))
+        results = await asyncio.gather(
+            *(site.sdk_turn(SDK_SLOW_AGENT, QUESTION, s, streamed=streamed) for s in sessions)
+        )
         wall = time.perf_counter() - started
         assert all(r.final_output == "Done." for r in results)
         return wall

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from agents import Agent, RunConfig, Runner
+from agents.memory import SessionABC
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
@@ -55,3 +57,15 @@ def reviewer() -> Any:
 
 def sdk_session_id() -> str:
     return f"sdk-{uuid.uuid4().hex}"
+
+
+async def sdk_turn(agent: Agent[Any], question: str, session: SessionABC, *, streamed: bool) -> Any:
+    """One turn of the bare SDK, untraced: `Runner.run`, or with `streamed`
+    `Runner.run_streamed` with its events read to the end (what agentsite's engine runs)."""
+    config = RunConfig(tracing_disabled=True)
+    if not streamed:
+        return await Runner.run(agent, question, session=session, run_config=config)
+    result = Runner.run_streamed(agent, question, session=session, run_config=config)
+    async for _event in result.stream_events():
+        pass
+    return result

@@ -12,9 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from agents import RunConfig, Runner, SQLiteSession
+from agents import SQLiteSession
 from agents.tracing.processor_interface import TracingProcessor
 
 from bench import site, tracing_setup
@@ -68,21 +67,12 @@ def sdk_turns(
     time unless told). `streamed`: `Runner.run_streamed`, its events read to the end (what
     agentsite's engine runs), instead of `Runner.run`."""
     session = SQLiteSession(site.sdk_session_id(), path)
-    config = RunConfig(tracing_disabled=True)
-
-    async def turn() -> Any:
-        if not streamed:
-            return await Runner.run(SDK_TOOL_AGENT, QUESTION, session=session, run_config=config)
-        result = Runner.run_streamed(SDK_TOOL_AGENT, QUESTION, session=session, run_config=config)
-        async for _event in result.stream_events():
-            pass
-        return result
 
     async def turns() -> list[float]:
         times = []
         for _ in range(count):
             started = clock()
-            result = await turn()
+            result = await site.sdk_turn(SDK_TOOL_AGENT, QUESTION, session, streamed=streamed)
             times.append(clock() - started)
             assert result.final_output == "Done.", result.final_output
         return times

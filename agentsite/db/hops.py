@@ -97,9 +97,9 @@ def db_hop[**P, T](function: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, 
     Sync code in the hop may call back into async code with `async_to_sync` (an event
     published from a commit hook, `engine.events.publish_sync`): it runs on the caller's
     loop, whose channel-layer connections it shares, as under asgiref's `sync_to_async`.
-    That is all this keeps of `sync_to_async`, which cost three times as much CPU per hop
-    with a hundred runs in flight (`docs/benchmarks.md`, issue 28): no `Future` chained to
-    another and shielded, and no copy of every context variable back to the caller."""
+    That is all this keeps of `sync_to_async`, whose hop cost twice the CPU (146 against
+    67 µs a call; `docs/benchmarks.md`, issue 28, part 5): no `Future` chained to another
+    and shielded, and no copy of every context variable back to the caller."""
 
     async def run(*args: P.args, **kwargs: P.kwargs) -> T:
         return await _hop(_fresh, True, functools.partial(function, *args, **kwargs))
