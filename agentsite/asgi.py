@@ -16,11 +16,11 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from agentsite import heap  # noqa: E402
 from agentsite.db import hops  # noqa: E402
 from agentsite.db.pool import RequestGate  # noqa: E402
 from agentsite.origins import SiteOriginValidator  # noqa: E402
 from agentsite.routing import websocket_urlpatterns  # noqa: E402
+from common import heap  # noqa: E402
 from engine import executor, providers  # noqa: E402
 
 providers.log_active_provider()

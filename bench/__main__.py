@@ -78,7 +78,7 @@ def setup_django(workdir: Path) -> None:
     tracing_setup.drop_openai_export()
     # Set up as a server process is (`agentsite/asgi.py`): the startup heap out of the
     # collector's sight, for ours and the SDK's contenders alike (one process).
-    from agentsite import heap
+    from common import heap
 
     heap.freeze_startup_heap()
 

@@ -42,8 +42,8 @@ from django_tasks_db.compat import TaskContext, task_finished, task_started
 from django_tasks_db.management.commands import db_worker
 from django_tasks_db.models import DBTaskResult
 
-from agentsite import heap
 from agentsite.db import hops
+from common import heap
 from engine import sweeper
 from engine.models import ProcessKind
 
