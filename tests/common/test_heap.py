@@ -31,7 +31,8 @@ def test_it_freezes_what_is_alive_and_collects_what_comes_after() -> None:
         del made
         gc.collect()
         assert alive() is None
-        assert gc.get_freeze_count() == frozen
+        # No collection unfreezes: frozen objects leave only when freed by their count.
+        assert gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
 

@@ -23,7 +23,7 @@ from conversations.session import AuditedEncryptedSession, DjangoSession, open_s
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from engine.runs import rows
-from tests.factories import REVIEWER, make_conversation, make_user, user_message
+from tests.factories import REVIEWER, make_conversation, make_run, make_user, user_message
 
 # How the chat says `cancel_order(order_id=42)` to the person who asked: its tool's description.
 CANCEL_42 = "cancel an order that has not been delivered yet (order 42)"
@@ -581,3 +581,30 @@ def test_a_very_long_chat_shows_its_newest_items_and_says_so(
     text = page_text(client_for_alice.get(f"/chats/{conversation.session_id}/"))
     assert "Earlier messages of this long conversation are not shown." in text
     assert "question 0" not in text and "question 2" in text
+
+
+@pytest.mark.parametrize(
+    "status", [RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.WAITING]
+)
+def test_a_page_showing_an_unfinished_run_reads_its_messages_again_every_10_s(
+    client_for_alice: Client, conversation: Conversation, alice: Any, status: str
+) -> None:
+    """A push is a hint: a run that ends in another process whose events cannot reach this
+    page's server (or whose event was lost) still shows, whatever state the page saw it in.
+    Only a waiting run's page read again before (a browser test caught a page left at
+    "running" for good, CI of 2026-12-07)."""
+    make_run(conversation=conversation, status=status)
+    history = client_for_alice.get(f"/chats/{conversation.session_id}/history/").content.decode()
+    pollers = re.findall(r'<[^>]*hx-trigger="every 10s"[^>]*>', history)
+    assert len(pollers) == 1, pollers
+    assert f'hx-get="/chats/{conversation.session_id}/history/"' in pollers[0]
+    assert 'hx-target="#messages"' in pollers[0]
+
+
+@pytest.mark.parametrize("status", [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED])
+def test_a_page_showing_a_finished_run_does_not_poll(
+    client_for_alice: Client, conversation: Conversation, alice: Any, status: str
+) -> None:
+    make_run(conversation=conversation, status=status, final_output="Done.")
+    history = client_for_alice.get(f"/chats/{conversation.session_id}/history/").content.decode()
+    assert 'hx-trigger="every' not in history
