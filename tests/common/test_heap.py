@@ -22,7 +22,9 @@ def test_it_freezes_what_is_alive_and_collects_what_comes_after() -> None:
     before = gc.get_freeze_count()
     try:
         frozen = heap.freeze_startup_heap()
-        assert frozen == gc.get_freeze_count() > before
+        # (Other threads may free frozen objects meanwhile: the count only ever falls.)
+        assert frozen > before
+        assert frozen >= gc.get_freeze_count() > before
         # Garbage made after the freeze is collected as always (by this collection, or by
         # one the allocations started on their own meanwhile).
         made = Cycle()
