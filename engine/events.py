@@ -25,6 +25,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from pydantic import BaseModel
 
+from agentsite.db import hops
 from engine import serverloop
 
 if TYPE_CHECKING:
@@ -265,10 +266,22 @@ def _publish_failed(event: Event, group: str, error: Exception) -> None:
 
 
 def publish_sync(events: Iterable[Event]) -> None:
-    """`publish` from synchronous code; under ASGI it runs on the server's event loop."""
+    """`publish` from synchronous code, waiting until the events are sent. Code a loop waits
+    on (a `db_hop`'s work, a sync view under ASGI) sends them from that loop, whose
+    channel-layer connections it shares; a thread no loop waits on (a worker's trace
+    exporter, the heartbeat, a command) sends them from the process's publishing loop
+    (`_publishing_loop`)."""
     events = list(events)
-    if events:
+    if not events:
+        return
+    if hops.callback_loop() is not None:
         async_to_sync(publish)(events)
+        return
+    loop = _publishing_loop()
+    sent = asyncio.run_coroutine_threadsafe(publish(events), loop)
+    # Each group's send is bounded (`publish`); a layer slower than that on every group is
+    # not waited for to the end.
+    concurrent.futures.wait([sent], timeout=PUBLISH_SECONDS * 2)
 
 
 # Tasks scheduled by `publish_threadsafe` on the caller's own loop, referenced until done.
@@ -281,8 +294,7 @@ def publish_threadsafe(events: Iterable[Event]) -> None:
 
     The in-memory channel layer is only safe on its own event loop: while the server's loop
     runs, the events are sent from that loop. Otherwise they go from this thread's running
-    loop, if it has one, else from the process's publishing loop (`_publishing_loop`), and
-    this thread waits for them to be sent (as `publish_sync` would).
+    loop, if it has one, else through `publish_sync`.
     """
     try:
         events = list(events)
@@ -300,11 +312,7 @@ def publish_threadsafe(events: Iterable[Event]) -> None:
             _scheduled.add(task)
             task.add_done_callback(_scheduled.discard)
         else:
-            loop = _publishing_loop()
-            sent = asyncio.run_coroutine_threadsafe(publish(events), loop)
-            # Each group's send is bounded (`publish`); a layer slower than that on every
-            # group is not waited for to the end.
-            concurrent.futures.wait([sent], timeout=PUBLISH_SECONDS * 2)
+            publish_sync(events)
     except Exception:
         logger.exception("Could not publish events from a thread")
 
@@ -315,11 +323,11 @@ class _Publishing:
 
 
 def _publishing_loop() -> asyncio.AbstractEventLoop:
-    """The process's loop for events from threads that have none (the trace exporter's, in a
-    worker; a management command's commit hooks), started on first use. It keeps the channel
-    layer's connections from one publish to the next: `async_to_sync` from such a thread ran
-    each publish on a new loop, so with Redis a new connection each time (a worker's exporter
-    publishes after every batch of spans it stores)."""
+    """The process's loop for events from threads no loop waits on (`publish_sync`), started
+    on first use. It keeps the channel layer's connections from one publish to the next:
+    `async_to_sync` from such a thread ran each publish on a new loop, so with Redis a new
+    connection each time (a worker's exporter publishes after every batch of spans it
+    stores)."""
     with _Publishing.lock:
         if _Publishing.loop is None:
             loop = asyncio.new_event_loop()

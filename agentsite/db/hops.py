@@ -155,6 +155,16 @@ async def _hop[T](
     return await future
 
 
+def callback_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop on which `async_to_sync` in this thread's work runs its coroutine: the caller's
+    of a `db_hop` (or of asgiref's own `sync_to_async`, as a sync view's under ASGI); None in
+    a thread no loop waits on, where `async_to_sync` would start a new loop each time."""
+    local = SyncToAsync.threadlocal
+    if getattr(local, "main_event_loop_pid", None) != os.getpid():
+        return None
+    return getattr(local, "main_event_loop", None)
+
+
 def _settle(
     loop: asyncio.AbstractEventLoop,
     future: asyncio.Future[Any],

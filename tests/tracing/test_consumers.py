@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
+from agentsite.db.hops import db_hop
 from demo.seed import seed_orders
 from engine import events, executor, runs, serverloop
 from tests.approvals.test_consumers import HOST, ORIGIN, cookie_of
@@ -270,11 +271,31 @@ def test_threads_without_a_loop_publish_on_one_loop_kept_for_the_process(
         sent.append((asyncio.get_running_loop(), [item.trace_id for item in items]))
 
     monkeypatch.setattr(events, "publish", publish)
-    for name in ("trace_a", "trace_b"):
-        thread = threading.Thread(target=events.publish_threadsafe, args=([updated(name, 1)],))
+    for name, call in (
+        ("trace_a", events.publish_threadsafe),
+        ("trace_b", events.publish_threadsafe),
+        ("trace_c", events.publish_sync),  # the heartbeat's and the recovery's way
+    ):
+        thread = threading.Thread(target=call, args=([updated(name, 1)],))
         thread.start()
         thread.join(5)
         assert sent and sent[-1][1] == [name]  # sent before the call returned
-    assert len(sent) == 2
-    assert sent[0][0] is sent[1][0]
+    assert len(sent) == 3
+    assert sent[0][0] is sent[1][0] is sent[2][0]
     assert sent[0][0].is_running()
+
+
+async def test_a_hops_work_publishes_from_the_loop_that_awaits_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A commit hook's publish in a `db_hop` (the run engine's writes) goes out from the
+    caller's loop, whose channel-layer connections it shares (the in-memory layer is only
+    safe there), not from the publishing loop."""
+    sent: list[asyncio.AbstractEventLoop] = []
+
+    async def publish(items: Any) -> None:
+        sent.append(asyncio.get_running_loop())
+
+    monkeypatch.setattr(events, "publish", publish)
+    await db_hop(events.publish_threadsafe)([updated("trace_a", 1)])
+    assert sent == [asyncio.get_running_loop()]
