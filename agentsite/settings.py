@@ -202,6 +202,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # No database connection in time (the pool is exhausted): 503 "busy, try again", not 500.
     "agentsite.db.pool.BusyMiddleware",
+    # An API body beyond DATA_UPLOAD_MAX_MEMORY_SIZE: a JSON 413 with the limit, unread.
+    "api.limits.body_limit",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -510,6 +512,11 @@ def _otlp_endpoint(name: str, value: str) -> str:
     return value
 
 
+# Webhooks, the OpenTelemetry collector and every other outbound POST reach only public
+# addresses, and these hosts (names, exact) or networks (`10.0.0.0/8`, `127.0.0.1`) even when
+# they are private (common/destinations.py): a collector beside the site, say.
+AGENTSITE_OUTBOUND_ALLOWED_HOSTS = env_list("AGENTSITE_OUTBOUND_ALLOWED_HOSTS", [])
+
 # Forward every span also to an OpenTelemetry collector, as OTLP/HTTP JSON, to this URL (the
 # whole path: http://127.0.0.1:4318/v1/traces); empty: off.
 AGENTSITE_OTLP_ENDPOINT = _otlp_endpoint(
@@ -572,6 +579,11 @@ AGENTSITE_WEBHOOK_POLL_SECONDS = env_float("AGENTSITE_WEBHOOK_POLL_SECONDS", 5.0
 # The site's address as receivers reach it, for the links in payloads
 # (`https://agents.example.com`); empty: links are paths.
 AGENTSITE_WEBHOOK_SITE_URL = env_str("AGENTSITE_WEBHOOK_SITE_URL")
+# After a secret is rotated, deliveries are signed with the previous one too for this many
+# seconds (the new first), so a receiver can be moved to the new one without losing any.
+AGENTSITE_WEBHOOK_ROTATION_OVERLAP = env_int("AGENTSITE_WEBHOOK_ROTATION_OVERLAP", 86400)
+if AGENTSITE_WEBHOOK_ROTATION_OVERLAP < 0:
+    raise ImproperlyConfigured("AGENTSITE_WEBHOOK_ROTATION_OVERLAP is below 0.")
 
 # --- Expiry policies ------------------------------------------------------------------------
 # A request whose expiry policy escalates it (`registry.review(..., on_expiry="escalate")` or

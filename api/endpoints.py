@@ -14,12 +14,14 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Path, Query, Status
 from ninja.errors import HttpError, ValidationError
 
-from api import schemas
+from api import limits, schemas
 from api.auth import BearerToken, Caller, Forbidden, Unauthorized, require_scope
 from approvals import explain
 from approvals.models import FILTER_COLUMNS, ApprovalDecision, ApprovalRequest, ToolKind
@@ -40,8 +42,8 @@ api = NinjaAPI(
 
 E = schemas.Error
 # What every authenticated operation may answer besides its own.
-READ_ERRORS: dict[int, Any] = {401: E, 403: E, 422: E}
-WRITE_ERRORS: dict[int, Any] = {401: E, 403: E, 404: E, 422: E}
+READ_ERRORS: dict[int, Any] = {401: E, 403: E, 413: E, 422: E}
+WRITE_ERRORS: dict[int, Any] = {401: E, 403: E, 404: E, 413: E, 422: E}
 
 
 # Ids the database can hold (a larger one is a 422, not an overflow), and no NUL characters
@@ -88,6 +90,12 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     ]
     detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
     return _error(request, 422, detail or "Invalid input.", "invalid", errors=errors)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    # A body without its length, found too large as it was read (`api/limits.py`).
+    return limits.too_large(settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0)
 
 
 @api.exception_handler(Http404)

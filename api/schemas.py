@@ -39,6 +39,9 @@ class Error(Schema):
     errors: list[dict[str, Any]] | None = Field(
         default=None, description="For invalid input: each problem, as pydantic reports it."
     )
+    limit: int | None = Field(
+        default=None, description="For a body too large (413): the most bytes it may have."
+    )
 
 
 class Argument(Schema):

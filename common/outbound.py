@@ -13,7 +13,10 @@ outlasts the network waits its sending may make; past it, another process may cl
 again: the one that claimed it died.
 
 The POST. `opener` follows no redirect: a redirect is an answer that is not 2xx, and what
-is posted is never sent on to another address. `refusal` is what such an answer said.
+is posted is never sent on to another address. `refusal` is what such an answer said. It
+connects only to addresses `common.destinations` allows (public ones, and the private hosts
+a deployment named), checked on the address it connects to, and through no proxy (the
+environment's `http_proxy` would connect it to an address the check did not see).
 
 Rounds. An outbox's rows are written in the transaction of what they announce; sending
 happens elsewhere, by rounds an `OutboxSender` runs:
@@ -34,6 +37,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import http.client
 import logging
 import random
 import urllib.error
@@ -45,6 +49,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
+
+from common import destinations
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +103,32 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+class _CheckedHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = destinations.connect
+
+
+class _CheckedHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = destinations.connect
+
+
+class CheckedHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_CheckedHTTPConnection, req)
+
+
+class CheckedHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_CheckedHTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
+
+
 # Shared by every sender's threads: its handlers keep no state between requests.
-opener = urllib.request.build_opener(NoRedirect)
+opener = urllib.request.build_opener(
+    urllib.request.ProxyHandler({}), CheckedHTTPHandler, CheckedHTTPSHandler, NoRedirect
+)
 
 
 def refusal(refused: urllib.error.HTTPError, limit: int) -> str:

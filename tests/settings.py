@@ -28,6 +28,10 @@ from agentsite.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+# The tests' receivers (webhooks, a collector) listen on 127.0.0.1; the tests of the refusal
+# (tests/common/test_destinations.py) take it away again.
+AGENTSITE_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+
 # Tests serve static files from the source tree (the live server's finders; the test process
 # serves none), never from a `collectstatic` folder: WhiteNoise would scan it at start-up,
 # while the cluster's tests, on the other test process, run their release's collectstatic

@@ -3,7 +3,10 @@ deliveries and their attempts are the site's record (read-only), replayed by an 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db import transaction
 from django.db.models import F, QuerySet
@@ -11,6 +14,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from common import destinations, formatting
 from common.admin import ReadOnlyAdminMixin, pretty_json
 from webhooks import delivery
 from webhooks.models import (
@@ -31,6 +35,14 @@ class WebhookEndpointForm(forms.ModelForm):
         model = WebhookEndpoint
         fields = ["name", "url", "events", "enabled"]
 
+    def clean_url(self) -> str:
+        # Advice at once; each send checks the address it connects to again.
+        url: str = self.cleaned_data["url"]
+        refused = destinations.refusal_for_url(url)
+        if refused:
+            raise forms.ValidationError(refused)
+        return url
+
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
@@ -38,8 +50,25 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     list_display = ["name", "url", "event_list", "enabled", "updated"]
     list_filter = ["enabled"]
     search_fields = ["name", "url"]
-    readonly_fields = ["secret", "created", "updated"]
+    readonly_fields = ["secret", "signing", "created", "updated"]
     actions = ["rotate_secret"]
+
+    @admin.display(description="signing")
+    def signing(self, endpoint: WebhookEndpoint) -> str:
+        if endpoint.pk is None:
+            return "Standard Webhooks"
+        if endpoint.signs_the_older_way:
+            scheme = (
+                "An older secret: deliveries carry Agentsite-Signature as well. Rotate it to "
+                "verify with a Standard Webhooks library (docs/webhooks.md)."
+            )
+        else:
+            scheme = "Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature)."
+        if len(endpoint.signing_secrets()) > 1:
+            assert endpoint.previous_secret_until is not None
+            until = timezone.localtime(endpoint.previous_secret_until)
+            scheme += f" The previous secret signs too until {until:%Y-%m-%d %H:%M %Z}."
+        return scheme
 
     @admin.display(description="events")
     def event_list(self, endpoint: WebhookEndpoint) -> str:
@@ -50,10 +79,17 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         for endpoint in queryset:
             endpoint.rotate_secret()
             self.log_change(request, endpoint, "Rotated the signing secret.")
+        overlap = settings.AGENTSITE_WEBHOOK_ROTATION_OVERLAP
+        lasting = formatting.span_in_words(timedelta(seconds=overlap))
+        also = (
+            f", and with the previous one for {lasting}"
+            if overlap > 0
+            else " (and no longer with the previous one)"
+        )
         self.message_user(
             request,
             f"New secret for {queryset.count()} endpoint(s): deliveries are signed with it from "
-            "now on. Give it to the receiver.",
+            f"now on{also}. Give it to the receiver.",
             messages.SUCCESS,
         )
 

@@ -35,9 +35,13 @@ from django.db import connections, transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from common import outbound
-from webhooks import signing
+from common import outbound, signatures
 from webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
+
+# Beside the signature's headers (`common.signatures`): the event's type, and its id (the
+# same as webhook-id; kept for the receivers that read it).
+EVENT_HEADER = "Agentsite-Event"
+DELIVERY_HEADER = "Agentsite-Delivery"
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +58,7 @@ class Claim:
     endpoint_id: int
     endpoint_name: str
     url: str
-    secret: str
+    secrets: tuple[str, ...]  # what signs it: the endpoint's secret, and a rotation's previous
     event_type: str
     event_id: str
     body: bytes
@@ -63,7 +67,7 @@ class Claim:
     replay: bool
 
     def __repr__(self) -> str:
-        # Never the secret, nor the URL (which may carry a token of its own).
+        # Never a secret, nor the URL (which may carry a token of its own).
         return f"{self.event_id} (attempt {self.attempt}) to {self.endpoint_name!r}"
 
 
@@ -136,7 +140,7 @@ def claim_due(limit: int) -> list[Claim]:
             endpoint_id=row.endpoint_id,
             endpoint_name=row.endpoint.name,
             url=row.endpoint.url,
-            secret=row.endpoint.secret,
+            secrets=row.endpoint.signing_secrets(now),
             event_type=row.event_type,
             event_id=row.event_id,
             body=row.body(),
@@ -155,9 +159,9 @@ def headers(claim: Claim, timestamp: int | None = None) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
-        signing.SIGNATURE_HEADER: signing.header(claim.secret, claim.body, timestamp),
-        signing.EVENT_HEADER: claim.event_type,
-        signing.DELIVERY_HEADER: claim.event_id,
+        **signatures.headers(claim.secrets, claim.event_id, claim.body, timestamp),
+        EVENT_HEADER: claim.event_type,
+        DELIVERY_HEADER: claim.event_id,
     }
 
 

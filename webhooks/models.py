@@ -4,14 +4,16 @@ written in the engine's own transactions (`webhooks/outbox.py`), sent by `delive
 from __future__ import annotations
 
 import json
-import secrets
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.validators import URLValidator
 from django.db import models
 from django.utils import timezone
+
+from common import signatures
 
 
 class WebhookEvent(models.TextChoices):
@@ -26,8 +28,8 @@ class WebhookEvent(models.TextChoices):
 
 
 def new_secret() -> str:
-    """A signing secret, made by the site (never chosen by a person)."""
-    return f"whsec_{secrets.token_urlsafe(32)}"
+    """A signing secret, made by the site (never chosen by a person): `signatures.new_secret`."""
+    return signatures.new_secret()
 
 
 def new_event_id() -> str:
@@ -49,8 +51,14 @@ class WebhookEndpoint(models.Model):
         max_length=100,
         default=new_secret,
         editable=False,
-        help_text="Signs every delivery (the Agentsite-Signature header); rotate it in the list.",
+        help_text=(
+            "Signs every delivery (Standard Webhooks: the webhook-signature header); rotate it "
+            "in the list."
+        ),
     )
+    # A rotation's previous secret, which signs too until `previous_secret_until`.
+    previous_secret = models.CharField(max_length=100, blank=True, default="", editable=False)
+    previous_secret_until = models.DateTimeField(null=True, blank=True, editable=False)
     enabled = models.BooleanField(
         default=True,
         help_text="Off: no event is queued for it, and what was queued waits until it is on.",
@@ -71,10 +79,28 @@ class WebhookEndpoint(models.Model):
     def wants(self, event_type: str) -> bool:
         return self.enabled and event_type in (self.events or [])
 
-    def rotate_secret(self) -> None:
-        """A new secret; deliveries sent from now on are signed with it."""
+    def rotate_secret(self, now: datetime | None = None) -> None:
+        """A new secret; deliveries sent from now on are signed with it, and with the one it
+        replaces until AGENTSITE_WEBHOOK_ROTATION_OVERLAP seconds have passed."""
+        overlap = settings.AGENTSITE_WEBHOOK_ROTATION_OVERLAP
+        self.previous_secret = self.secret if overlap > 0 else ""
+        at = timezone.now() if now is None else now
+        self.previous_secret_until = at + timedelta(seconds=overlap) if overlap > 0 else None
         self.secret = new_secret()
-        self.save(update_fields=["secret", "updated"])
+        self.save(update_fields=["secret", "previous_secret", "previous_secret_until", "updated"])
+
+    def signing_secrets(self, now: datetime | None = None) -> tuple[str, ...]:
+        """The secrets a delivery sent `now` is signed with: the current one first."""
+        at = timezone.now() if now is None else now
+        until = self.previous_secret_until
+        if self.previous_secret and until is not None and at < until:
+            return (self.secret, self.previous_secret)
+        return (self.secret,)
+
+    @property
+    def signs_the_older_way(self) -> bool:
+        """Whether the secret predates Standard Webhooks (docs/webhooks.md)."""
+        return not signatures.is_standard(self.secret)
 
 
 class DeliveryStatus(models.TextChoices):
