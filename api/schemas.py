@@ -8,29 +8,30 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
-from pydantic import AfterValidator
+from pydantic import ConfigDict
 
 MAX_LIMIT = 100
 # Text without NUL characters, which PostgreSQL cannot store: refused as invalid input.
 NO_NUL = r"^[^\x00]*$"
 
 
-def _no_nul(value: Any) -> Any:
-    """`value` (JSON), refused when a string in it holds a NUL character."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ValueError("Text may not contain NUL characters.")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _no_nul(key)
-            _no_nul(item)
-    elif isinstance(value, list):
-        for item in value:
-            _no_nul(item)
-    return value
+NoNulText = Annotated[str, Field(pattern=NO_NUL)]
 
 
-Json = Annotated[Any, AfterValidator(_no_nul)]
+def _names_without_nul(schema: dict[str, Any]) -> None:
+    """An object's keys as JSON Schema says "every key" (`propertyNames`): pydantic writes
+    `patternProperties`, which leaves a key that does not match it unconstrained."""
+    patterns = schema.pop("patternProperties", None)
+    if patterns:
+        [(pattern, values)] = patterns.items()
+        schema["propertyNames"] = {"pattern": pattern}
+        schema["additionalProperties"] = values
+
+
+# Any JSON value whose strings (keys included, at any depth) hold no NUL: said in the OpenAPI
+# document as a recursive schema, so what it allows is what the server takes.
+type JsonObject = Annotated[dict[NoNulText, Json], Field(json_schema_extra=_names_without_nul)]
+type Json = NoNulText | int | float | bool | None | list[Json] | JsonObject
 
 
 class Error(Schema):
@@ -135,32 +136,61 @@ class RequestDetail(RequestSummary):
     allowed: Allowed
 
 
-class DecisionIn(Schema):
-    action: Literal["approve", "approve_edited", "respond", "reject"]
+# Text with something besides whitespace (what `runs.Decision` strips: Python's whitespace and
+# JSON Schema's alike), and no NUL.
+NOT_BLANK = r"^[^\x00]*[^\x00\s\x1c-\x1f\x85\ufeff][^\x00]*$"
+
+
+class _Deciding(Schema):
+    """What every decision carries; each action's own fields are in its schema, and no other
+    field is accepted (`runs.FIELDS`: the message goes with a rejection only, and so on)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     seen_hash: str = Field(
         min_length=1,
         max_length=64,
         pattern=NO_NUL,
         description="The arguments_hash of the request you read.",
     )
-    arguments: dict[str, Json] | None = Field(
-        default=None, description="approve_edited: the arguments the tool runs with instead."
-    )
-    response: str | None = Field(
-        default=None,
-        max_length=10_000,
-        pattern=NO_NUL,
-        description="respond: what the agent reads as output.",
-    )
-    message: str = Field(
-        default="", max_length=2_000, pattern=NO_NUL, description="reject: for the agent."
-    )
     note: str = Field(
         default="",
         max_length=2_000,
         pattern=NO_NUL,
-        description="any action: for reviewers only (never sent to the agent).",
+        description="For reviewers only (never sent to the agent).",
     )
+
+
+class Approve(_Deciding):
+    action: Literal["approve"]
+
+
+class ApproveEdited(_Deciding):
+    action: Literal["approve_edited"]
+    arguments: JsonObject = Field(
+        description="The arguments the tool runs with instead (they must fit its schema)."
+    )
+
+
+class Respond(_Deciding):
+    action: Literal["respond"]
+    response: str = Field(
+        max_length=10_000,
+        pattern=NOT_BLANK,
+        description="What the agent reads as the tool's output.",
+    )
+
+
+class Reject(_Deciding):
+    action: Literal["reject"]
+    message: str = Field(
+        default="", max_length=2_000, pattern=NO_NUL, description="Why, for the agent."
+    )
+
+
+# One schema per action, told apart by `action` (a discriminated union in the OpenAPI
+# document): a field that does not go with the action is invalid by the schema itself.
+DecisionIn = Annotated[Approve | ApproveEdited | Respond | Reject, Field(discriminator="action")]
 
 
 class DecisionOut(Schema):

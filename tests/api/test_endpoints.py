@@ -248,9 +248,16 @@ def test_each_refusal_has_its_status_and_the_engines_message(client: Client) -> 
     assert rejected.status_code == 200 and rejected.json()["kind"] == "rejected"
     assert (rejected.json()["message"], rejected.json()["note"]) == ("no", "n")
 
-    empty = {"action": "respond", "seen_hash": "x", "response": "   "}
+    # An empty answer is invalid by the schema itself (`Respond.response`), before the engine.
+    empty = {"action": "respond", "seen_hash": "x", "response": " \t\n"}
     answered = post(client, f"/requests/{make_request().pk}/decide", empty, secret)
-    assert answered.status_code == 422 and answered.json()["code"] == "invalid_decision"
+    assert answered.status_code == 422 and answered.json()["code"] == "invalid"
+    assert answered.json()["errors"][0]["loc"][-1] == "response"
+    # A field of another action is invalid by the schema too.
+    body = {"action": "approve", "seen_hash": "x", "message": "why"}
+    mixed = post(client, f"/requests/{make_request().pk}/decide", body, secret)
+    assert mixed.status_code == 422 and mixed.json()["code"] == "invalid"
+    assert mixed.json()["errors"][0]["loc"][-1] == "message"
     assert get(client, "/requests/999999", secret).status_code == 404
     assert approve(client, ApprovalRequest(pk=999999, arguments_hash="x"), secret).status_code == (
         404

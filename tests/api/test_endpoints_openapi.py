@@ -5,8 +5,11 @@ and no answer is a server error or breaks the documented schema."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -106,4 +109,50 @@ def test_schemathesis_finds_no_server_error_and_no_answer_off_the_schema(
     assert calls >= 8 * EXAMPLES
     assert time.monotonic() - started < 60
     # And the server logged no error of its own meanwhile.
+    assert "Traceback" not in live_site.log()[logged:]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("scope", [Scope.READ, Scope.DECIDE])
+def test_schemathesis_cli_with_all_checks_and_all_phases_finds_nothing(
+    live_site: LiveSite, scope: str, tmp_path: Path
+) -> None:
+    """As a team adopting the API would run it: the schemathesis CLI, every check
+    (`--checks all`: a schema-valid request refused, a schema-invalid one accepted, an
+    answer off the schema, a server error, …) in every phase (examples, coverage, fuzzing,
+    stateful), with a read token and with a decide token. Seeded: the same cases each run."""
+    rita = make_reviewer()
+    secret = ApiToken.issue(rita, "schemathesis", scope)[1]
+    for _ in range(3):
+        make_request()
+    make_request(expires_at=timezone.now() - timedelta(minutes=1))
+    make_conversation(owner=rita)
+    logged = len(live_site.log())
+    command = [
+        str(Path(sys.executable).with_name("schemathesis")),
+        "run",
+        f"{live_site.url}/api/v1/openapi.json",
+        "--checks",
+        "all",
+        "--phases",
+        "examples,coverage,fuzzing,stateful",
+        "--header",
+        f"Authorization: Bearer {secret}",
+        "--max-examples",
+        "30",
+        "--seed",
+        "28",
+        "--generation-deterministic",
+        "--continue-on-failure",
+        "--no-color",
+        "--report-dir",
+        str(tmp_path),
+    ]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    said = run.stdout + run.stderr
+    assert run.returncode == 0, said[-6000:]
+    assert "Selected: 8/8" in said and "Tested: 8" in said, said[-3000:]
+    for phase in ("Coverage", "Fuzzing", "Stateful"):
+        assert f"✅ {phase}" in said, said[-3000:]
+    assert "Failures:" not in said
     assert "Traceback" not in live_site.log()[logged:]
