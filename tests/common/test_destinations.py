@@ -6,14 +6,11 @@ a webhook's delivery, the OTLP sender; the webhook form and a system check say s
 
 from __future__ import annotations
 
-import http.server
 import ipaddress
 import logging
 import socket
-import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -50,30 +47,11 @@ SPELLINGS = [
 ]
 
 
-class _Listener(http.server.BaseHTTPRequestHandler):
-    server: Any
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.server.hits.append(self.path)
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def listener() -> Iterator[Any]:
-    """What an attacker would aim at: a service on this machine's loopback."""
-    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Listener)
-    server.hits = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def listener(server: Any) -> Any:
+    """What an attacker would aim at: a service on this machine's loopback (`server`,
+    tests/common/conftest.py)."""
+    return server
 
 
 @pytest.fixture
@@ -117,7 +95,7 @@ def test_every_spelling_of_a_private_address_is_refused_at_the_connection(
     assert isinstance(reason, destinations.DestinationRefused)
     assert f"a {what} address" in str(reason)
     assert "AGENTSITE_OUTBOUND_ALLOWED_HOSTS" in str(reason)
-    assert listener.hits == []
+    assert listener.paths == []
 
 
 @pytest.mark.usefixtures("nothing_allowed")
@@ -133,7 +111,7 @@ def test_a_public_name_that_resolves_to_a_private_address_is_refused(
     dns["mixed.example.com"] = ["93.184.216.34", "127.0.0.1"]
     with pytest.raises(urllib.error.URLError, match="a loopback address"):
         _post(f"http://mixed.example.com:{port}/hook")
-    assert listener.hits == []
+    assert listener.paths == []
 
 
 def test_a_public_address_is_allowed_and_the_setting_allows_named_hosts_and_networks(
@@ -152,7 +130,7 @@ def test_a_public_address_is_allowed_and_the_setting_allows_named_hosts_and_netw
         _post(f"http://127.0.0.1:{port}/not-by-its-address")  # the name only, not the address
     settings.AGENTSITE_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.0/8"]
     assert _post(f"http://127.0.0.1:{port}/by-network").status == 200
-    assert listener.hits == ["/by-name", "/by-network"]
+    assert listener.paths == ["/by-name", "/by-network"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -167,7 +145,7 @@ def test_a_webhook_to_a_private_address_is_not_sent_and_its_attempt_says_why(
     assert row.last_response_code is None
     assert "127.0.0.1, a loopback address" in row.last_error
     assert "AGENTSITE_OUTBOUND_ALLOWED_HOSTS" in row.last_error
-    assert listener.hits == []
+    assert listener.paths == []
 
 
 @pytest.mark.usefixtures("nothing_allowed")
@@ -179,7 +157,7 @@ def test_the_otlp_sender_sends_no_span_to_a_private_address(
         assert sender.send({"resourceSpans": []}) is False
     assert "a loopback address" in caplog.text
     assert sender.lost == 1
-    assert listener.hits == []
+    assert listener.paths == []
 
 
 @pytest.mark.usefixtures("nothing_allowed")

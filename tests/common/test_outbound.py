@@ -4,11 +4,8 @@ behaviour is held by the webhooks', notifications' and OTLP tests."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,39 +40,6 @@ def test_a_doubling_wait_doubles_with_each_retry() -> None:
 
 def test_a_lease_outlasts_the_network_waits_it_may_make() -> None:
     assert outbound.lease(5.0, waits=4, margin=30) == timedelta(seconds=50)
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: Any
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.paths.append(self.path)
-        if self.path == "/moved":
-            self.send_response(307)
-            self.send_header("Location", "/elsewhere")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        body = b"  slow down, please  " if self.path == "/busy" else b""
-        self.send_response(503 if self.path == "/busy" else 200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.paths = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 def _post(server: Any, path: str) -> urllib.request.Request:
