@@ -35,7 +35,7 @@ from django.db import connections, transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from common import outbound, signatures
+from common import destinations, outbound, signatures
 from webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
 
 # Beside the signature's headers (`common.signatures`): the event's type, and its id (the
@@ -76,6 +76,9 @@ class Outcome:
     code: int | None
     error: str
     ms: int
+    # Not worth trying again: the site itself refused the address (`common.destinations`);
+    # the delivery fails at once, to be replayed once the URL or the allowed hosts change.
+    final: bool = False
 
     @property
     def delivered(self) -> bool:
@@ -175,6 +178,7 @@ def post(claim: Claim) -> Outcome:
     started = time.monotonic()
     code: int | None = None
     error = ""
+    final = False
     try:
         with outbound.opener.open(request, timeout=timeout) as response:
             code = response.status
@@ -186,14 +190,18 @@ def post(claim: Claim) -> Outcome:
         error = f"No answer within {timeout:g} s."
     except urllib.error.URLError as failed:
         reason = failed.reason
-        error = (
-            f"No answer within {timeout:g} s."
-            if isinstance(reason, TimeoutError)
-            else f"Could not connect: {reason}"
-        )
+        final = isinstance(reason, destinations.DestinationRefused)
+        if final:
+            error = f"Not sent: {reason}"
+        elif isinstance(reason, TimeoutError):
+            error = f"No answer within {timeout:g} s."
+        else:
+            error = f"Could not connect: {reason}"
     except (OSError, http.client.HTTPException, ValueError) as failed:
         error = f"{type(failed).__name__}: {failed}"
-    return Outcome(code=code, error=error, ms=round((time.monotonic() - started) * 1000))
+    return Outcome(
+        code=code, error=error, ms=round((time.monotonic() - started) * 1000), final=final
+    )
 
 
 def record(claim: Claim, outcome: Outcome) -> datetime | None:
@@ -208,11 +216,15 @@ def record(claim: Claim, outcome: Outcome) -> datetime | None:
     if outcome.delivered:
         changes.update(status=DeliveryStatus.DELIVERED, delivered_at=now)
     else:
-        retry_at = outbound.retry_at(
-            claim.retries_used,
-            most=settings.AGENTSITE_WEBHOOK_MAX_ATTEMPTS,
-            steps=settings.AGENTSITE_WEBHOOK_BACKOFF_SECONDS,
-            now=now,
+        retry_at = (
+            None
+            if outcome.final
+            else outbound.retry_at(
+                claim.retries_used,
+                most=settings.AGENTSITE_WEBHOOK_MAX_ATTEMPTS,
+                steps=settings.AGENTSITE_WEBHOOK_BACKOFF_SECONDS,
+                now=now,
+            )
         )
         if retry_at is None:
             changes.update(status=DeliveryStatus.FAILED)
