@@ -86,8 +86,22 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         {"loc": list(error.get("loc", [])), "msg": str(error.get("msg", "")), "type": error["type"]}
         for error in exc.errors
     ]
-    detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
+    detail = "; ".join(_said(error) for error in errors)
     return _error(request, 422, detail or "Invalid input.", "invalid", errors=errors)
+
+
+def _said(error: dict[str, Any]) -> str:
+    """One validation error for people: a decision's field that does not go with its action,
+    or that it lacks, in the engine's words (`runs.FIELDS`, as the inbox says them)."""
+    loc = error["loc"]
+    if len(loc) >= 2 and loc[-2] in runs.FIELDS:
+        action, name = runs.Action(loc[-2]), str(loc[-1])
+        if error["type"] == "extra_forbidden":
+            return runs.unfit_field(name)
+        required, missing = runs.REQUIRED.get(action, ("", ""))
+        if error["type"] == "missing" and name == required:
+            return missing
+    return f"{'.'.join(map(str, loc))}: {error['msg']}"
 
 
 @api.exception_handler(RequestDataTooBig)

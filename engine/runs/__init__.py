@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from engine.runs.decisions import (
     FIELDS,
+    REQUIRED,
     SELF_APPROVAL_REFUSED,
     SELF_RESPONSE_REFUSED,
     WITHDRAWN_MESSAGE,
@@ -43,6 +44,7 @@ from engine.runs.decisions import (
     closed_reason,
     decide,
     needs_another_reviewer,
+    unfit_field,
     withdraw,
 )
 from engine.runs.driving import execute, resume, run_job
@@ -88,6 +90,7 @@ from engine.runs.stopping import STOPPED_CALL_OUTPUT, STOPPED_REASON, astop, sto
 __all__ = [
     "ABANDONED_REASON",
     "FIELDS",
+    "REQUIRED",
     "APPROVED_ON_EXPIRY",
     "GUARDRAIL_INPUT_MESSAGE",
     "GUARDRAIL_OUTPUT_MESSAGE",
@@ -118,6 +121,7 @@ __all__ = [
     "RunFailure",
     "StaleArguments",
     "UnfitDecision",
+    "unfit_field",
     "adecide",
     "astart_run",
     "astop",

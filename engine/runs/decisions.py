@@ -96,6 +96,12 @@ REQUIRED: dict[Action, tuple[str, str]] = {
 EMPTY_RESPONSE = "Write the result the agent should read as the tool's output; it is empty."
 
 
+def unfit_field(name: str) -> str:
+    """What is said of a text `name` given with an action it does not go with (`FIELDS`)."""
+    actions = " or ".join(a for a in Action if name in FIELDS[a])
+    return f"`{name}` goes with {actions} only." if actions else f"`{name}` is no decision's."
+
+
 class UnfitDecision(errors.InvalidDecision):
     """A decision whose texts do not go with its action, or that lacks the one it needs."""
 
@@ -143,9 +149,7 @@ class Decision:
         }
         unknown = set(texts) - FIELDS[chosen]
         if unknown and strict:
-            name = sorted(unknown)[0]
-            actions = " or ".join(a for a in Action if name in FIELDS[a])
-            raise UnfitDecision(f"`{name}` goes with {actions} only.")
+            raise UnfitDecision(unfit_field(sorted(unknown)[0]))
         texts = {name: value for name, value in texts.items() if name in FIELDS[chosen]}
         if required and required not in texts:
             raise UnfitDecision(missing)

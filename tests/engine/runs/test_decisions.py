@@ -143,8 +143,14 @@ def test_the_api_takes_a_note_with_any_action_and_a_message_with_a_rejection_onl
         {"action": "approve", "seen_hash": request.arguments_hash, "message": "fine"},
         secret,
     )
+    # Invalid by the API's schema (one per action), said in the engine's words.
     assert refused.status_code == 422
-    assert refused.json() == {"detail": "`message` goes with reject only.", "code": "invalid"}
+    assert refused.json()["detail"] == "`message` goes with reject only."
+    assert refused.json()["code"] == "invalid"
+    assert refused.json()["errors"][0]["type"] == "extra_forbidden"
+    lacking = post(client, path, {"action": "respond", "seen_hash": request.arguments_hash}, secret)
+    assert lacking.status_code == 422
+    assert lacking.json()["detail"] == "respond needs the `response` the agent reads."
     assert ApprovalRequest.objects.get(pk=request.pk).is_pending
 
     approved = post(
