@@ -4,6 +4,7 @@ point at it, and the receiver's own check of a signature (the Standard Webhooks 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import http.server
@@ -63,10 +64,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def handle(self) -> None:
         # A sender that stopped waiting (the timeout tests hold the answer past it) has
         # closed its end: the late answer goes nowhere, as it would to any receiver.
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             super().handle()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
