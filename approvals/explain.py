@@ -11,7 +11,8 @@ text for templates, which escape it.
 By kind (`ApprovalRequest.kind`): a shell call's commands and a patch's diff are read by
 `kinds.py`; an MCP server's tool is not one of the agent's own tools, so nothing is looked up
 for it by name (a function tool of the same name would lend it its description, its risk and
-its schema).
+its schema): a local server's tool is explained by what the server listed when the run
+paused (its description, its input schema's labelled arguments), which the request keeps.
 """
 
 from __future__ import annotations
@@ -155,9 +156,12 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
     judged = _policy_lines(requests)
     for request in requests:
         run = request.run if "run" in request._state.fields_cache else None
-        # An MCP server's tool has no sheet of the agent's (`registry.find_tool`).
+        # An MCP server's tool has no sheet of the agent's (`registry.find_tool`): a local
+        # server's is what the server listed when the run paused, kept on the request.
         key = (run.agent_name if run else None, request.agent_name, request.tool_name, request.kind)
-        sheet = sheets.get(key) or sheets.setdefault(key, registry.tool_sheet(*key))
+        sheet = _server_sheet(request) or (
+            sheets.get(key) or sheets.setdefault(key, registry.tool_sheet(*key))
+        )
         intact = request.arguments_intact
         shell = (
             kinds.shell_view(request.arguments)
@@ -188,6 +192,13 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
                 answerable=request.can_be_answered,
             ),
         )
+
+
+def _server_sheet(request: ApprovalRequest) -> registry.ToolSheet | None:
+    stored = request.tool_sheet
+    if request.kind != ToolKind.MCP or not isinstance(stored, dict) or not stored:
+        return None
+    return registry.sheet_of(request.tool_name, stored.get("description"), stored.get("schema"))
 
 
 def _policy_lines(

@@ -179,6 +179,10 @@ class ApprovalRequest(models.Model):
         help_text="The MCP server the tool belongs to: a local server's name, a hosted "
         "server's label; blank for other tools.",
     )
+    # A local MCP server's tool: what the server said of it when the run listed it (its
+    # "description" and input "schema"), for the reviewer; {} for other tools, whose sheet is
+    # the agent's own (`registry.tool_sheet`).
+    tool_sheet = models.JSONField(default=dict, blank=True)
     status = models.CharField(
         max_length=20,
         choices=ApprovalStatus.choices,

@@ -80,13 +80,12 @@ def build() -> MCPServer:
                 return f"The warehouse does not stock {sku!r}."
             return f"The warehouse holds {state['stock'][known]} × {known}."
 
-    @server.tool()
-    def restock(sku: str, quantity: int) -> str:
-        """Order more of an item for the warehouse: add quantity units of the item's stock."""
+    def ordered(sku: str, quantity: int, reason: str = "") -> str:
         with _state() as state:
-            state["calls"].append(
-                {"tool": "restock", "arguments": {"sku": sku, "quantity": quantity}}
-            )
+            arguments: dict[str, Any] = {"sku": sku, "quantity": quantity}
+            if reason:
+                arguments["reason"] = reason
+            state["calls"].append({"tool": "restock", "arguments": arguments})
             known = _known(sku, state)
             if known is None:
                 return f"The warehouse does not stock {sku!r}; nothing was ordered."
@@ -94,6 +93,22 @@ def build() -> MCPServer:
                 return f"A restock orders 1 to {MAX_RESTOCK} units; nothing was ordered."
             state["stock"][known] += quantity
             return f"Ordered {quantity} × {known}: the warehouse will hold {state['stock'][known]}."
+
+    if os.environ.get("AGENTSITE_WAREHOUSE_REASONS"):
+        # A newer version of the server, whose restock also takes a reason: its input schema
+        # differs, its name does not.
+
+        @server.tool(name="restock")
+        def restock_with_reason(sku: str, quantity: int, reason: str = "") -> str:
+            """Order more of an item for the warehouse: add quantity units of the item's stock."""
+            return ordered(sku, quantity, reason)
+
+    else:
+
+        @server.tool()
+        def restock(sku: str, quantity: int) -> str:
+            """Order more of an item for the warehouse: add quantity units of the item's stock."""
+            return ordered(sku, quantity)
 
     if os.environ.get("AGENTSITE_WAREHOUSE_AUDIT"):
 

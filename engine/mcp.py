@@ -274,9 +274,11 @@ async def connect(agents: Iterable[Agent[Any]], keys: Iterable[str]) -> None:
         await server._connected()
 
 
-def listing() -> dict[str, list[dict[str, Any]]]:
+def listing(*, schemas: bool = True) -> dict[str, list[dict[str, Any]]]:
     """The tools each server opened in this scope listed when it connected, by server key: what
-    a fingerprint holds of them (names, input schemas, approval settings)."""
+    a fingerprint holds of them (names, input schemas, approval settings). Not `schemas`: as
+    pauses before 2026-12-07 were fingerprinted, when the input schemas were read under their
+    old name (`inputSchema`) and were None under mcp 2 (`restoring` accepts either)."""
     scope = _scope.get()
     if scope is None:
         return {}
@@ -288,7 +290,7 @@ def listing() -> dict[str, list[dict[str, Any]]]:
             (
                 {
                     "name": tool.name,
-                    "schema": getattr(tool, "inputSchema", None),
+                    "schema": _input_schema(tool) if schemas else None,
                     "needs_approval": _approval(worker.instance, tool),
                 }
                 for tool in worker.tools
@@ -296,6 +298,34 @@ def listing() -> dict[str, list[dict[str, Any]]]:
             key=lambda tool: str(tool["name"]),
         )
     return listed
+
+
+def _input_schema(tool: Any) -> Any:
+    """A listed tool's input schema: `input_schema` in mcp 2, `inputSchema` before it."""
+    schema = getattr(tool, "input_schema", None)
+    return schema if schema is not None else getattr(tool, "inputSchema", None)
+
+
+def descriptions() -> dict[str, dict[str, dict[str, Any]]]:
+    """What each server opened in this scope said of its tools when it listed them, by server
+    name and tool name: the description and the input schema, for the reviewer who decides
+    a call of one (a request keeps them, `ApprovalRequest.tool_sheet`). Not part of the
+    fingerprint: wording may change between a pause and its resume."""
+    scope = _scope.get()
+    if scope is None:
+        return {}
+    described: dict[str, dict[str, dict[str, Any]]] = {}
+    for worker in scope.workers.values():
+        if not worker.ready.done() or worker.ready.cancelled() or worker.ready.exception():
+            continue
+        tools = described.setdefault(str(worker.instance.name), {})
+        for tool in worker.tools:
+            schema = _input_schema(tool)
+            tools[str(tool.name)] = {
+                "description": str(getattr(tool, "description", None) or ""),
+                "schema": schema if isinstance(schema, dict) else {},
+            }
+    return described
 
 
 def _approval(server: MCPServer, tool: Any) -> Any:

@@ -333,18 +333,29 @@ def tool_sheet(
     tool = find_tool(name, agent_name, tool_name, kind)
     if tool is None:
         return ToolSheet(tool_name, False, "", [], Review())
-    schema = getattr(tool, "params_json_schema", None) or {}
-    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return sheet_of(
+        tool_name,
+        getattr(tool, "description", ""),
+        getattr(tool, "params_json_schema", None),
+        declared_review(tool),
+    )
+
+
+def sheet_of(name: str, description: Any, schema: Any, review: Review | None = None) -> ToolSheet:
+    """The sheet of a tool described by `description` and its JSON `schema` (the agent's
+    own tool's, or what an MCP server listed: `ApprovalRequest.tool_sheet`)."""
+    schema = schema if isinstance(schema, dict) else {}
+    properties = schema.get("properties")
     return ToolSheet(
-        name=tool_name,
+        name=name,
         found=True,
-        description=str(getattr(tool, "description", "") or ""),
+        description=str(description or ""),
         properties=[
             (str(key), value if isinstance(value, dict) else {})
             for key, value in (properties.items() if isinstance(properties, dict) else [])
         ],
-        review=declared_review(tool),
-        schema=schema if isinstance(schema, dict) else {},
+        review=review or Review(),
+        schema=schema,
     )
 
 

@@ -176,9 +176,9 @@ async def _drive(
         return
     if result.interruptions:
         # What the run's MCP servers listed, read here on the loop that opened them.
-        listed = mcp.listing()
+        listed, described = mcp.listing(), mcp.descriptions()
         outcome = await final.write(
-            run.pk, rows.Outcome(), saving.save_pause, run, agent, result, listed
+            run.pk, rows.Outcome(), saving.save_pause, run, agent, result, listed, described
         )
     else:
         outcome = await final.write(run.pk, rows.Outcome(), saving.save_completion, run, result)

@@ -59,7 +59,10 @@ async def restore(run: AgentRun, agent: Agent[Any]) -> tuple[RunState[Any], dict
         await mcp.connect(registry.walk(agent), servers if isinstance(servers, list) else [])
     except mcp.ServerUnavailable as unavailable:
         raise errors.RunFailure(f"{unavailable} Nothing was executed.") from unavailable
-    if registry.fingerprint(agent, mcp.listing()) != run.agent_fingerprint:
+    if registry.fingerprint(agent, mcp.listing()) != run.agent_fingerprint and (
+        # A pause fingerprinted before the servers' input schemas were read (mcp.listing).
+        registry.fingerprint(agent, mcp.listing(schemas=False)) != run.agent_fingerprint
+    ):
         raise errors.RunFailure(
             "The agent changed since this run paused (its tools, their arguments or approval "
             "settings differ, or those of its MCP servers); nothing was executed."

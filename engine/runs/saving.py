@@ -21,7 +21,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentsite.db.sql import columns
-from approvals.models import ApprovalDecision, ApprovalOrigin, ApprovalRequest, arguments_hash
+from approvals.models import (
+    ApprovalDecision,
+    ApprovalOrigin,
+    ApprovalRequest,
+    ToolKind,
+    arguments_hash,
+)
 from conversations.items import parse_arguments
 from conversations.session import record_turn_usage
 from engine import calls as paused_calls
@@ -130,6 +136,7 @@ def save_pause(
     agent: Agent[Any],
     result: RunResultStreaming,
     mcp_tools: dict[str, Any] | None = None,
+    mcp_descriptions: dict[str, dict[str, dict[str, Any]]] | None = None,
 ) -> rows.Outcome:
     """The stream ended with interruptions: in one transaction the signed state, one request
     per paused call (those the policies decided decided), the run waiting (or resuming, when
@@ -156,7 +163,7 @@ def save_pause(
                 return rows.Outcome()
             pause = pause_count + 1
             _bind(state, run.pk, pause, mcp_tools)
-            requests = _request_rows(run, pause, agent, paused, now)
+            requests = _request_rows(run, pause, agent, paused, now, mcp_descriptions or {})
             decided = [
                 decisions.decide_by_policy(request, each.verdict, now)
                 for request, each in zip(requests, paused, strict=True)
@@ -222,7 +229,12 @@ def _bind(state: dict[str, Any], run_id: int, pause: int, mcp_tools: dict[str, A
 
 
 def _request_rows(
-    run: AgentRun, pause: int, agent: Agent[Any], paused: list[_Paused], now: Any
+    run: AgentRun,
+    pause: int,
+    agent: Agent[Any],
+    paused: list[_Paused],
+    now: Any,
+    described: dict[str, dict[str, dict[str, Any]]],
 ) -> list[ApprovalRequest]:
     expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
     requests = [
@@ -237,6 +249,7 @@ def _request_rows(
             origin=_origin(each.item, agent),
             kind=paused_calls.kind(each.item),
             server=paused_calls.server(each.item)[:200],
+            tool_sheet=_server_tool_sheet(each.item, described),
             expires_at=expires_at,
             verdict=each.verdict.as_json(),
             on_expiry=each.on_expiry.action,
@@ -248,6 +261,17 @@ def _request_rows(
     for request in requests:
         columns(ApprovalRequest).insert(request)
     return requests
+
+
+def _server_tool_sheet(
+    item: ToolApprovalItem, described: dict[str, dict[str, dict[str, Any]]]
+) -> dict[str, Any]:
+    """What a local MCP server said of the called tool when the run listed it (its
+    description and input schema), kept on the request for its reviewers; {} for any other
+    tool (a function tool's sheet is the agent's, read when shown)."""
+    if paused_calls.kind(item) != ToolKind.MCP:
+        return {}
+    return dict(described.get(paused_calls.server(item), {}).get(item.tool_name or "", {}))
 
 
 def _store_state(

@@ -24,6 +24,8 @@ from agents import Agent
 from agents.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp
 from agents.testing import ScriptedModel, assistant_message, function_call
 from django.conf import settings as django_settings
+from django.test import Client
+from django.utils.html import escape
 
 from approvals.models import ApprovalRequest, ToolKind
 from engine import mcp, registry, runs
@@ -158,6 +160,49 @@ def test_a_server_whose_tools_changed_since_the_pause_fails_the_resume_closed(
     assert run.status == RunStatus.FAILED
     assert "MCP servers" in run.error and "nothing was executed" in run.error
     assert restocks(data) == []
+
+
+def test_a_tool_whose_input_schema_changed_since_the_pause_fails_the_resume_closed(
+    settings: Any, submitted: list, data: Path
+) -> None:
+    """The same tool names, one input schema more: under mcp 2 the schemas were read under
+    their old name and were None, so this resume went ahead (seen failing)."""
+    server = stdio_warehouse(data)
+    run = executed(start(settings, warehouse_agent(server, RESTOCK, DONE)))
+    assert run.status == RunStatus.WAITING, run.error
+    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), runs.Decision.approve())
+
+    assert server.params.env is not None
+    server.params.env["AGENTSITE_WAREHOUSE_REASONS"] = "1"  # restock also takes a reason
+    run = executed(run, "resume")
+
+    assert run.status == RunStatus.FAILED
+    assert "MCP servers" in run.error and "nothing was executed" in run.error
+    assert restocks(data) == []
+
+
+def test_a_pause_fingerprinted_without_the_schemas_still_resumes(
+    settings: Any, submitted: list, data: Path
+) -> None:
+    """A run paused before the input schemas were read (its fingerprint has them as None)
+    resumes after the upgrade; its tools are still held to their names."""
+    server = stdio_warehouse(data)
+    agent = warehouse_agent(server, RESTOCK, DONE)
+    run = executed(start(settings, agent))
+    assert run.status == RunStatus.WAITING, run.error
+    listed = {
+        "Warehouse/warehouse": [
+            {"name": name, "schema": None, "needs_approval": name == "restock"}
+            for name in ("restock", "stock_level")
+        ]
+    }
+    AgentRun.objects.filter(pk=run.pk).update(
+        agent_fingerprint=registry.fingerprint(registry.get_agent(run.agent_name), listed)
+    )
+    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), runs.Decision.approve())
+    run = executed(run, "resume")
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert restocks(data) == [{"tool": "restock", "arguments": {"sku": "grinder", "quantity": 5}}]
 
 
 def test_a_server_that_cannot_start_fails_the_run_with_its_reason(
@@ -347,3 +392,72 @@ def test_always_approves_the_same_mcp_tool_for_the_rest_of_the_run(
     assert run.status == RunStatus.COMPLETED, run.error
     assert ApprovalRequest.objects.filter(run=run).count() == 1  # the second asked nobody
     assert [call["arguments"]["sku"] for call in restocks(data)] == ["grinder", "mug"]
+
+
+# --- a server from PyPI: its tools explained to reviewers ---------------------------------
+
+
+def pypi_time_server() -> MCPServerStdio:
+    """`mcp-server-time` as published on PyPI (a dev dependency), over stdio, every call of
+    it asking a person."""
+    return MCPServerStdio(
+        params={
+            "command": sys.executable,
+            "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+        },
+        name="time",
+        require_approval="always",
+        client_session_timeout_seconds=20,
+    )
+
+
+CONVERT = [
+    function_call(
+        "convert_time",
+        {"source_timezone": "Europe/Paris", "time": "09:30", "target_timezone": "Asia/Tokyo"},
+        call_id="call_convert_1",
+    )
+]
+
+
+def test_a_pypi_servers_call_shows_the_servers_description_and_labelled_arguments(
+    settings: Any, submitted: list
+) -> None:
+    agent = Agent(
+        name="Clock",
+        model=ScriptedModel([CONVERT, [assistant_message("16:30 in Tokyo.")]]),
+        mcp_servers=[pypi_time_server()],
+    )
+    run = executed(start(settings, agent, "9:30 in Paris is what in Tokyo?"))
+    assert run.status == RunStatus.WAITING, run.error
+    request = ApprovalRequest.objects.get(run=run)
+    assert (request.kind, request.server, request.tool_name) == (
+        ToolKind.MCP,
+        "time",
+        "convert_time",
+    )
+    # What the server listed, kept with the request.
+    assert request.tool_sheet["description"] == "Convert time between timezones"
+    properties = request.tool_sheet["schema"]["properties"]
+    assert list(properties) == ["source_timezone", "time", "target_timezone"]
+
+    reviewer = make_reviewer()
+    client = Client()
+    client.force_login(reviewer)
+    page = client.get(f"/inbox/{request.pk}/").content.decode()
+    assert "Convert time between timezones" in page
+    # Each argument labelled by its schema's title, its description as the hint (escaped).
+    for name, label in (
+        ("source_timezone", "Source Timezone"),
+        ("time", "Time"),
+        ("target_timezone", "Target Timezone"),
+    ):
+        hint = escape(properties[name]["description"])
+        assert f'>{label} <span class="hint">{hint}</span>' in page, label
+    assert "IANA timezone name" in properties["source_timezone"]["description"]
+    assert "Asia/Tokyo" in page and "09:30" in page
+
+    runs.decide(request, reviewer, runs.Decision.approve())
+    run = executed(run, "resume")
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.final_output == "16:30 in Tokyo."

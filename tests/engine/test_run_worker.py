@@ -146,25 +146,32 @@ def test_a_worker_whose_loop_is_busy_computing_claims_no_more_runs(
     # The runs' loop computes for a while (a run that is CPU, not a wait for its model):
     # what is queued meanwhile is left for a worker with CPU to spare.
     busy = threading.Event()
+    checked = threading.Event()
 
     async def compute() -> None:
+        # Until the test has looked, however long that takes on a loaded machine (a fixed
+        # 0.6 s of process time once ended before the check did: this process's other
+        # threads count towards process time, and the worker then claimed two more).
         busy.set()
-        end = time.process_time() + 0.6
-        while time.process_time() < end:
+        end = time.monotonic() + TIMEOUT
+        while not checked.is_set() and time.monotonic() < end:
             pass
 
     asyncio.run_coroutine_threadsafe(compute(), worker._loop)
     busy.wait(timeout=TIMEOUT)
     queued = [start_run("where is order 7") for _ in range(3)]
     time.sleep(0.3)
-    assert worker.loop_busy()
-    # It may claim one (the claim comes before the check that holds the next one), no more;
-    # under load its poll may not even have come round yet (a full run on a fresh clone saw
-    # none claimed).
-    assert task_statuses() in (
-        ["READY", "READY", "READY", "RUNNING"],
-        ["READY", "READY", "RUNNING", "RUNNING"],
-    )
+    try:
+        assert worker.loop_busy()
+        # It may claim one (the claim comes before the check that holds the next one), no
+        # more; under load its poll may not even have come round yet (a full run on a fresh
+        # clone saw none claimed).
+        assert task_statuses() in (
+            ["READY", "READY", "READY", "RUNNING"],
+            ["READY", "READY", "RUNNING", "RUNNING"],
+        )
+    finally:
+        checked.set()
 
     # Once it is free again, it claims them all at once (room for 10).
     wait_until(
