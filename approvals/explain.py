@@ -198,7 +198,13 @@ def _server_sheet(request: ApprovalRequest) -> registry.ToolSheet | None:
     stored = request.tool_sheet
     if request.kind != ToolKind.MCP or not isinstance(stored, dict) or not stored:
         return None
-    return registry.sheet_of(request.tool_name, stored.get("description"), stored.get("schema"))
+    sheet = registry.sheet_of(request.tool_name, stored.get("description"), stored.get("schema"))
+    order = stored.get("order")
+    if isinstance(order, list):
+        # As the server listed them (`saving._server_tool_sheet`), whatever the database kept.
+        place = {str(name): index for index, name in enumerate(order)}
+        sheet.properties.sort(key=lambda item: place.get(item[0], len(place)))
+    return sheet
 
 
 def _policy_lines(

@@ -271,7 +271,12 @@ def _server_tool_sheet(
     tool (a function tool's sheet is the agent's, read when shown)."""
     if paused_calls.kind(item) != ToolKind.MCP:
         return {}
-    return dict(described.get(paused_calls.server(item), {}).get(item.tool_name or "", {}))
+    sheet = dict(described.get(paused_calls.server(item), {}).get(item.tool_name or "", {}))
+    properties = (sheet.get("schema") or {}).get("properties")
+    if isinstance(properties, dict):
+        # The arguments' order as the server gave it (PostgreSQL's jsonb keeps its own).
+        sheet["order"] = list(properties)
+    return sheet
 
 
 def _store_state(
