@@ -144,36 +144,26 @@ def test_a_run_lists_a_servers_tools_once_and_its_model_is_given_what_was_finger
     assert listings == ["warehouse", "warehouse"]  # the resume's copy: once more, once
 
 
+@pytest.mark.parametrize(
+    "newer",
+    [
+        # One tool more (the same command, a newer version of it).
+        "AGENTSITE_WAREHOUSE_AUDIT",
+        # The same names, restock's input schema one argument more: under mcp 2 the schemas
+        # were read under their old name and were None, so this resume went ahead (seen).
+        "AGENTSITE_WAREHOUSE_REASONS",
+    ],
+)
 def test_a_server_whose_tools_changed_since_the_pause_fails_the_resume_closed(
-    settings: Any, submitted: list, data: Path
+    settings: Any, submitted: list, data: Path, newer: str
 ) -> None:
     server = stdio_warehouse(data)
     run = executed(start(settings, warehouse_agent(server, RESTOCK, DONE)))
     assert run.status == RunStatus.WAITING, run.error
     runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), runs.Decision.approve())
 
-    # The server now lists one tool more (the same command, a newer version of it).
     assert server.params.env is not None
-    server.params.env["AGENTSITE_WAREHOUSE_AUDIT"] = "1"
-    run = executed(run, "resume")
-
-    assert run.status == RunStatus.FAILED
-    assert "MCP servers" in run.error and "nothing was executed" in run.error
-    assert restocks(data) == []
-
-
-def test_a_tool_whose_input_schema_changed_since_the_pause_fails_the_resume_closed(
-    settings: Any, submitted: list, data: Path
-) -> None:
-    """The same tool names, one input schema more: under mcp 2 the schemas were read under
-    their old name and were None, so this resume went ahead (seen failing)."""
-    server = stdio_warehouse(data)
-    run = executed(start(settings, warehouse_agent(server, RESTOCK, DONE)))
-    assert run.status == RunStatus.WAITING, run.error
-    runs.decide(ApprovalRequest.objects.get(run=run), make_reviewer(), runs.Decision.approve())
-
-    assert server.params.env is not None
-    server.params.env["AGENTSITE_WAREHOUSE_REASONS"] = "1"  # restock also takes a reason
+    server.params.env[newer] = "1"
     run = executed(run, "resume")
 
     assert run.status == RunStatus.FAILED
