@@ -92,10 +92,11 @@ def kind(address: Address) -> str | None:
     return None
 
 
-def refusal(host: str, address: Address) -> str | None:
-    """Why the site may not send to `address` (which `host` named); None when it may."""
+def refusal(host: str, address: Address, permitted: Allowed | None = None) -> str | None:
+    """Why the site may not send to `address` (which `host` named); None when it may.
+    `permitted`: the setting parsed (`allowed()`), when the caller checks several addresses."""
     what = kind(address)
-    if what is None or allowed().allows(host, address):
+    if what is None or (permitted or allowed()).allows(host, address):
         return None
     named = "" if host.strip("[]") == str(address) else f"{host} resolves to "
     return (
@@ -114,9 +115,10 @@ def checked(host: str, port: int) -> list[tuple[Any, ...]]:
     them is refused (a name that resolves to a public and a private address is refused
     whole: which one a connection takes is not the site's to choose)."""
     infos = resolve(host, port)
+    permitted = allowed()
     for info in infos:
         address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
-        reason = refusal(host, address)
+        reason = refusal(host, address, permitted)
         if reason is not None:
             raise DestinationRefused(reason)
     return infos

@@ -249,7 +249,6 @@ def _request_rows(
             origin=_origin(each.item, agent),
             kind=paused_calls.kind(each.item),
             server=paused_calls.server(each.item)[:200],
-            tool_sheet=_server_tool_sheet(each.item, described),
             expires_at=expires_at,
             verdict=each.verdict.as_json(),
             on_expiry=each.on_expiry.action,
@@ -259,19 +258,20 @@ def _request_rows(
         for each in paused
     ]
     for request in requests:
+        request.tool_sheet = _server_tool_sheet(request, described)
         columns(ApprovalRequest).insert(request)
     return requests
 
 
 def _server_tool_sheet(
-    item: ToolApprovalItem, described: dict[str, dict[str, dict[str, Any]]]
+    request: ApprovalRequest, described: dict[str, dict[str, dict[str, Any]]]
 ) -> dict[str, Any]:
     """What a local MCP server said of the called tool when the run listed it (its
     description and input schema), kept on the request for its reviewers; {} for any other
     tool (a function tool's sheet is the agent's, read when shown)."""
-    if paused_calls.kind(item) != ToolKind.MCP:
+    if request.kind != ToolKind.MCP:
         return {}
-    sheet = dict(described.get(paused_calls.server(item), {}).get(item.tool_name or "", {}))
+    sheet = dict(described.get(request.server, {}).get(request.tool_name, {}))
     properties = (sheet.get("schema") or {}).get("properties")
     if isinstance(properties, dict):
         # The arguments' order as the server gave it (PostgreSQL's jsonb keeps its own).
