@@ -517,16 +517,24 @@ def _otlp_endpoint(name: str, value: str) -> str:
 # they are private (common/destinations.py): a collector beside the site, say.
 AGENTSITE_OUTBOUND_ALLOWED_HOSTS = env_list("AGENTSITE_OUTBOUND_ALLOWED_HOSTS", [])
 
-# Forward every span also to an OpenTelemetry collector, as OTLP/HTTP JSON, to this URL (the
-# whole path: http://127.0.0.1:4318/v1/traces); empty: off.
+# Forward every span (and each reviewer's decision) also to an OpenTelemetry collector, by
+# OpenTelemetry's own OTLP/HTTP exporter, to this URL (the whole path:
+# http://127.0.0.1:4318/v1/traces; Arize Phoenix's is http://host:6006/v1/traces); empty: off.
 AGENTSITE_OTLP_ENDPOINT = _otlp_endpoint(
     "AGENTSITE_OTLP_ENDPOINT", env_str("AGENTSITE_OTLP_ENDPOINT")
 )
 # Headers sent with each request (`authorization=Bearer x,foo=bar`, or a JSON object).
 AGENTSITE_OTLP_HEADERS = env_mapping("AGENTSITE_OTLP_HEADERS", {})
-# The resource's service.name in what is exported (the forwarding and /traces/<id>.otlp.json).
+# How: "http/protobuf" (OpenTelemetry's default, what most receivers take) or "http/json".
+AGENTSITE_OTLP_PROTOCOL = env_str("AGENTSITE_OTLP_PROTOCOL", "http/protobuf")
+if AGENTSITE_OTLP_PROTOCOL not in ("http/protobuf", "http/json"):
+    raise ImproperlyConfigured(
+        f"AGENTSITE_OTLP_PROTOCOL={AGENTSITE_OTLP_PROTOCOL!r}: use http/protobuf or http/json."
+    )
+# The project the spans belong to: the resource's service.name and openinference.project.name
+# (Phoenix's project), in the forwarding and the /traces/<id>.otlp.pb and .otlp.json downloads.
 AGENTSITE_OTLP_SERVICE_NAME = env_str("AGENTSITE_OTLP_SERVICE_NAME", "agentsite")
-# Seconds each POST to the collector may take (then retried twice, with backoff).
+# Seconds a batch may take to reach the collector, its retries (with backoff) included.
 AGENTSITE_OTLP_TIMEOUT = env_float("AGENTSITE_OTLP_TIMEOUT", 10.0)
 if AGENTSITE_OTLP_TIMEOUT <= 0:
     raise ImproperlyConfigured(f"AGENTSITE_OTLP_TIMEOUT={AGENTSITE_OTLP_TIMEOUT:g} is not > 0.")
@@ -545,6 +553,9 @@ LOGGING = {
     "loggers": {
         # Django's default config gives this logger a console handler of its own.
         "django": {"handlers": [], "level": "INFO", "propagate": True},
+        # OpenTelemetry's exporters log each failed request and retry; the site's forwarder
+        # (tracing/forwarding.py) says the same once per burst, with the reason.
+        "opentelemetry.exporter": {"level": "CRITICAL"},
     },
 }
 

@@ -259,11 +259,11 @@ def _verdict(verdict: policies.Verdict | None) -> dict[str, Any] | None:
 def _detail(approval: ApprovalRequest, user: Any) -> dict[str, Any]:
     explanation = explain.for_request(approval)
     run = approval.run
-    # Only a function tool's call has its tool's JSON schema: an MCP server's tool is not one
-    # of the agent's tools, and a shell or patch tool has none.
+    # A function tool's JSON schema, or what a local MCP server listed for its tool; a shell
+    # or patch tool has none.
     schema = (
-        registry.tool_sheet(run.agent_name, approval.agent_name, approval.tool_name).schema
-        if approval.kind == ToolKind.FUNCTION
+        registry.request_sheet(run.agent_name, approval).schema
+        if approval.kind in (ToolKind.FUNCTION, ToolKind.MCP)
         else {}
     )
     return {

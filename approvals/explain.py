@@ -26,7 +26,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from approvals import kinds
-from approvals.models import ApprovalRequest, ToolKind
+from approvals.models import MCP_KINDS, ApprovalRequest, ToolKind
 from engine import facts, policies, registry, runs
 from engine.facts import Fact
 
@@ -159,8 +159,10 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
         # An MCP server's tool has no sheet of the agent's (`registry.find_tool`): a local
         # server's is what the server listed when the run paused, kept on the request.
         key = (run.agent_name if run else None, request.agent_name, request.tool_name, request.kind)
-        sheet = _server_sheet(request) or (
-            sheets.get(key) or sheets.setdefault(key, registry.tool_sheet(*key))
+        sheet = (
+            registry.request_sheet(key[0], request)
+            if request.kind in MCP_KINDS
+            else sheets.get(key) or sheets.setdefault(key, registry.tool_sheet(*key))
         )
         intact = request.arguments_intact
         shell = (
@@ -194,19 +196,6 @@ def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> N
         )
 
 
-def _server_sheet(request: ApprovalRequest) -> registry.ToolSheet | None:
-    stored = request.tool_sheet
-    if request.kind != ToolKind.MCP or not isinstance(stored, dict) or not stored:
-        return None
-    sheet = registry.sheet_of(request.tool_name, stored.get("description"), stored.get("schema"))
-    order = stored.get("order")
-    if isinstance(order, list):
-        # As the server listed them (`saving._server_tool_sheet`), whatever the database kept.
-        place = {str(name): index for index, name in enumerate(order)}
-        sheet.properties.sort(key=lambda item: place.get(item[0], len(place)))
-    return sheet
-
-
 def _policy_lines(
     requests: list[ApprovalRequest],
 ) -> dict[int, tuple[policies.Verdict | None, policies.Verdict | None]]:
@@ -234,6 +223,7 @@ def _policy_lines(
                 request.arguments,
                 request.run.agent_name,
                 request.kind,
+                request.server,
             )
             now = policies.evaluate(
                 rules, call, users.get(request.run.requested_by_id, policies.User())

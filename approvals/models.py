@@ -183,6 +183,9 @@ class ApprovalRequest(models.Model):
     # "description" and input "schema"), for the reviewer; {} for other tools, whose sheet is
     # the agent's own (`registry.tool_sheet`).
     tool_sheet = models.JSONField(default=dict, blank=True)
+    # The span of the agent that asked, in the run's trace (`engine.runs.spans`): where the
+    # decision's span goes, whether or not the exporter has stored it yet; "" when unknown.
+    agent_span_id = models.CharField(max_length=64, blank=True, default="")
     status = models.CharField(
         max_length=20,
         choices=ApprovalStatus.choices,
@@ -304,11 +307,12 @@ class ApprovalRequest(models.Model):
 
     @property
     def can_be_edited(self) -> bool:
-        """Whether its kind takes edited arguments: only a function tool's call, whose JSON
-        schema they are checked against, and only when the stored arguments are intact. The
-        tool's author may still forbid it (`registry.review(editable=False)`)."""
+        """Whether its kind takes edited arguments: only a function tool's or a local MCP
+        server tool's call, whose JSON schema they are checked against, and only when the
+        stored arguments are intact. The tool's author may still forbid it (and a server's
+        tool needs declaring: `registry.review`, `engine.runs.edits.edit_refusal`)."""
         return (
-            self.kind == ToolKind.FUNCTION
+            self.kind in (ToolKind.FUNCTION, ToolKind.MCP)
             and isinstance(self.arguments, dict)
             and self.arguments_intact
         )

@@ -205,6 +205,18 @@ def patch_call(name: str, arguments: Any) -> str | None:
     return f"{name}: {PATCH_VERBS[target[0]]} {target[1]}{moved}"
 
 
+# How a failed call's output begins: the SDK's own text for a tool that raised
+# (`agents.tool.default_tool_error_function`), and the site's for an MCP server's `isError`
+# result (`engine.mcp`), which the SDK would pass on as an ordinary answer.
+TOOL_ERROR_PREFIX = "Tool error: "
+_FAILED_OUTPUTS = (TOOL_ERROR_PREFIX, "An error occurred while running the tool")
+
+
+def failed_output(text: str) -> bool:
+    """Whether a call's output says the call failed."""
+    return text.startswith(_FAILED_OUTPUTS)
+
+
 # The output item answering each kind of call item (as `agents.run_internal.items` pairs them).
 OUTPUT_TYPES = {
     "function_call": "function_call_output",

@@ -117,6 +117,7 @@ class Entry:
     html: SafeString | None = None
     output: str = ""
     pending: bool = False
+    failed: bool = False  # a tool note of a call whose output says it failed
     # The end user's rating of the run whose reply this is (`conversations.feedback`): set
     # on the last reply of each finished turn, for the page that shows its buttons.
     rating: Any = None
@@ -163,8 +164,13 @@ def entries_for(items: Sequence[Any], turns: Sequence[int] | None = None) -> lis
             if target is not None:
                 entries.append(Entry("handoff", text=target))
                 continue
+            failed = output is not None and session_items.failed_output(output)
+            if failed and output is not None and output.startswith(session_items.TOOL_ERROR_PREFIX):
+                output = output.removeprefix(session_items.TOOL_ERROR_PREFIX)
             shown = "" if output is None else formatting.preview(output, TOOL_OUTPUT_PREVIEW)
-            entries.append(Entry("tool", text=call.text, output=shown, pending=output is None))
+            entries.append(
+                Entry("tool", text=call.text, output=shown, pending=output is None, failed=failed)
+            )
     return entries
 
 

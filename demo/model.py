@@ -142,7 +142,7 @@ class OfflineDemoModel(Model):
                 prompt=prompt,
             )
             if tracing.include_data():
-                span.span_data.input = _as_items(input)
+                span.span_data.input = _as_items(input, system_instructions)
                 span.span_data.output = [_dump(item) for item in response.output]
             span.span_data.usage = _span_usage(response.usage)
         return response
@@ -172,7 +172,7 @@ class OfflineDemoModel(Model):
         span.start(mark_as_current=False)
         try:
             if tracing.include_data():
-                span.span_data.input = _as_items(input)
+                span.span_data.input = _as_items(input, system_instructions)
             events = ScriptedModel([step]).stream_response(
                 system_instructions,
                 input,
@@ -446,10 +446,13 @@ def _quote(output: str) -> str:
 # --- Reading the conversation --------------------------------------------------------------
 
 
-def _as_items(input: str | Iterable[Any]) -> list[dict[str, Any]]:
+def _as_items(input: str | Iterable[Any], system: str | None = None) -> list[dict[str, Any]]:
+    """What the model was given, as the SDK's chat completions model traces it: the agent's
+    instructions as a system message first."""
+    given = [{"role": "system", "content": system}] if system else []
     if isinstance(input, str):
-        return [{"role": "user", "content": input}]
-    return [_dump(item) for item in input]
+        return [*given, {"role": "user", "content": input}]
+    return [*given, *(_dump(item) for item in input)]
 
 
 def _dump(item: Any) -> dict[str, Any]:

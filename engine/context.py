@@ -47,6 +47,9 @@ class RunContext:
     # Calls of tools that need no approval of their own that an approval policy sent to the
     # pause (call id -> its verdict, `engine.policies.Gate`): process-local, like `_user`.
     gated: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Each agent's span in this process's part of the run (agent name -> span id,
+    # `engine.runs.spans`): where a decision on its calls goes in the trace.
+    agent_spans: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def for_run(cls, run: AgentRun) -> RunContext:

@@ -64,11 +64,9 @@ def hook_for(request: ApprovalRequest) -> FactsHook | None:
     """The facts hook of `request`'s tool: the one its author declared, else one registered
     for its name."""
     run = request.run if "run" in request._state.fields_cache else None
-    # An MCP server's tool gets no declared hook (`find_tool`); one registered for its name is
-    # meant for it.
-    sheet = registry.tool_sheet(
-        run.agent_name if run else None, request.agent_name, request.tool_name, request.kind
-    )
+    # An MCP server's tool gets the hook declared for it (`review(server, tool_name=...)`), never
+    # one of an agent's tool of the same name.
+    sheet = registry.request_sheet(run.agent_name if run else None, request)
     return sheet.review.facts or _registered.get(request.tool_name)
 
 

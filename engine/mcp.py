@@ -35,6 +35,10 @@ from typing import Any
 
 from agents import Agent
 from agents.mcp import MCPServer
+from agents.tracing import FunctionSpanData, SpanError, get_current_span
+from mcp.types import TextContent
+
+from conversations import items
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +104,11 @@ class RunServer(MCPServer):
     async def call_tool(
         self, tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None
     ) -> Any:
-        return await (await self._connected()).call_tool(tool_name, arguments, meta)
+        result = await (await self._connected()).call_tool(tool_name, arguments, meta)
+        # `is_error` in mcp 2, `isError` before.
+        if getattr(result, "is_error", None) or getattr(result, "isError", None):
+            return _failed(result, self.name, tool_name)
+        return result
 
     async def list_prompts(self) -> Any:
         return await (await self._connected()).list_prompts()
@@ -116,6 +124,31 @@ class RunServer(MCPServer):
 
     async def read_resource(self, uri: str) -> Any:
         return await (await self._connected()).read_resource(uri)
+
+
+def _failed(result: Any, server: str, tool: str) -> Any:
+    """A result the server flagged `isError`: the SDK reads only its content, so the model
+    would take the failure for an answer and the trace would show a call that went well.
+    Its text is marked as a failure (`items.TOOL_ERROR_PREFIX`, as the chat's note reads it)
+    and the call's span (current: the SDK calls the server inside it) gets an error."""
+    span = get_current_span()
+    if span is not None and isinstance(span.span_data, FunctionSpanData):
+        span.set_error(
+            SpanError(message=MCP_ERROR, data={"server": server, "tool": tool, "isError": True})
+        )
+    content = list(getattr(result, "content", None) or [])
+    for index, item in enumerate(content):
+        if getattr(item, "type", None) == "text":
+            text = str(item.text)
+            if not text.startswith(items.TOOL_ERROR_PREFIX):
+                content[index] = item.model_copy(update={"text": items.TOOL_ERROR_PREFIX + text})
+            break
+    else:
+        content.insert(0, TextContent(type="text", text=items.TOOL_ERROR_PREFIX.rstrip(": ")))
+    return result.model_copy(update={"content": content})
+
+
+MCP_ERROR = "The MCP server reported an error (isError)"
 
 
 def _fresh(template: MCPServer) -> MCPServer:

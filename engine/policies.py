@@ -44,6 +44,7 @@ from django.db.models.signals import post_delete, post_save
 from agentsite.db.hops import db_hop
 from agentsite.db.sql import columns
 from approvals.models import (
+    MCP_KINDS,
     ApprovalPolicy,
     ConditionOperator,
     ConditionSource,
@@ -397,11 +398,15 @@ def call_for(
     arguments: Any,
     run_agent: str | None,
     kind: str = ToolKind.FUNCTION,
+    server: str = "",
 ) -> Call:
     """The call the rules read, with whether its tool's author lets a rule approve it (a tool
-    of an MCP server is none of the agent's: one of the same name declares nothing for it)."""
+    of an MCP server `server` is none of the agent's: one of the same name declares nothing
+    for it; what was declared for the server's tool does)."""
     tool = registry.find_tool(run_agent, agent_name, tool_name, kind)
     review = registry.declared_review(tool) if tool is not None else registry.Review()
+    if server and kind in MCP_KINDS:
+        review = registry.declared_server_review(server, tool_name)
     return Call(agent_name, tool_name, arguments, review.auto_approve, review)
 
 

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 # This module is `engine.registry`; absolute imports make `agents` the SDK, not this file.
 import jsonschema
 from agents import Agent, ModelSettings
+from agents.mcp import MCPServer
 from agents.models.interface import Model
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -243,10 +244,21 @@ def review(
     on_expiry: str = "reject",
     escalate_to: str = "",
     expiry_approval: bool | None = None,
+    tool_name: str | None = None,
 ) -> Any:
     """Declare, for a tool (an SDK `FunctionTool`, or any tool object), what its reviewers
     read: `review(tool, risk="irreversible", money=["amount"], facts=hook)`, or
-    `@review(risk=...)` above `@function_tool`. Returns the tool itself. `editable=False`
+    `@review(risk=...)` above `@function_tool`. Returns the tool itself.
+
+    For a tool of an MCP server, give the server and the tool's name:
+    `review(server, tool_name="git_create_branch", risk="high", facts=hook)` (no `tool_name`:
+    every tool of the server not declared by name). The server is known by its name, as its
+    calls' requests are; its calls' description and arguments are what the server lists. A
+    server's tool declared so may also have its calls' arguments edited by reviewers (checked
+    against the schema the server listed), unless `editable=False`; one declared nothing may
+    not.
+
+    `editable=False`
     forbids reviewers to change a call's arguments before approving it (they may still
     approve, reject or answer as the tool). `auto_approve=False` lets no approval policy
     approve a call without a person (a policy may still reject it).
@@ -272,6 +284,17 @@ def review(
         raise ValueError("review(on_expiry='approve') with expiry_approval=False")
 
     def declare(target: _T) -> _T:
+        if isinstance(target, MCPServer):
+            if money:
+                raise ValueError("review(money=...) is not for a server's tools")
+            server = Review(
+                level, True, (), currency.upper(), facts, editable, auto_approve,
+                on_expiry, escalate_to.strip(), allowed,
+            )  # fmt: skip
+            _server_reviews[(target.name, tool_name or "")] = server
+            return target
+        if tool_name is not None:
+            raise ValueError("review(tool_name=...) names a tool of an MCP server given first")
         schema = getattr(target, "params_json_schema", None) or {}
         properties = schema.get("properties") if isinstance(schema, dict) else None
         unknown = [n for n in money if isinstance(properties, dict) and n not in properties]
@@ -299,6 +322,16 @@ def declared_review(tool: Any) -> Review:
     """What `tool`'s author declared (`review`), or the defaults when nothing."""
     found = _reviews.get(id(tool))
     return found[1] if found is not None and found[0] is tool else Review()
+
+
+# (server name, tool name or "" for all its tools) -> what a deployment declared for them.
+_server_reviews: dict[tuple[str, str], Review] = {}
+
+
+def declared_server_review(server: str, tool: str) -> Review:
+    """What was declared for the MCP server `server`'s tool `tool` (by name, else for all of
+    the server's tools), or the defaults when nothing."""
+    return _server_reviews.get((server, tool)) or _server_reviews.get((server, "")) or Review()
 
 
 @dataclass(frozen=True)
@@ -339,6 +372,25 @@ def tool_sheet(
         getattr(tool, "params_json_schema", None),
         declared_review(tool),
     )
+
+
+def request_sheet(run_agent: str | None, request: Any) -> ToolSheet:
+    """The sheet of the tool an approval request is for: for a local MCP server's tool, what
+    the server listed when the run paused (`ApprovalRequest.tool_sheet`, in the server's
+    order) with what was declared for it (`review(server, tool_name=...)`); else `tool_sheet`."""
+    if request.kind not in MCP_KINDS:
+        return tool_sheet(run_agent, request.agent_name, request.tool_name, request.kind)
+    stored = request.tool_sheet if isinstance(request.tool_sheet, dict) else {}
+    review = declared_server_review(request.server, request.tool_name)
+    if not stored:
+        return ToolSheet(request.tool_name, False, "", [], review)
+    sheet = sheet_of(request.tool_name, stored.get("description"), stored.get("schema"), review)
+    order = stored.get("order")
+    if isinstance(order, list):
+        # As the server listed them (`saving._server_tool_sheet`), whatever the database kept.
+        place = {str(name): index for index, name in enumerate(order)}
+        sheet.properties.sort(key=lambda item: place.get(item[0], len(place)))
+    return sheet
 
 
 def sheet_of(name: str, description: Any, schema: Any, review: Review | None = None) -> ToolSheet:

@@ -56,6 +56,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from agentsite.db.sql import placeholders
+from tracing import forwarding as forwarding_module
 from tracing import otlp, redaction
 from tracing.models import Trace
 from tracing.rows import (
@@ -66,6 +67,7 @@ from tracing.rows import (
     trace_agent,
     trace_row,
     with_response_model,
+    with_waiting_mark,
 )
 from tracing.sql import new_trace, statements
 
@@ -142,7 +144,7 @@ class DatabaseExporter(TracingExporter):
                     if run_id is not None:
                         batch.run_ids[trace.trace_id] = run_id
                 else:
-                    exported = with_response_model(item, exported)
+                    exported = with_waiting_mark(with_response_model(item, exported))
                     span = span_row(exported, cleaner=cleaner, sensitive=sensitive)
                     batch.spans[span.span_id] = span
             except Exception as exc:
@@ -192,22 +194,25 @@ class DatabaseExporter(TracingExporter):
 
 
 class OtlpExporter(DatabaseExporter):
-    """Forwards what its `BatchTraceProcessor` hands it to an OTLP/HTTP endpoint.
+    """Hands what its `BatchTraceProcessor` gives it to the process's OTLP forwarding
+    (`tracing.forwarding`: OpenTelemetry's batch processor and exporter).
 
     It reads the SDK's items with the database exporter's own `_parse` (masked by
     `tracing.redaction`, inputs and outputs dropped with AGENTSITE_TRACE_SENSITIVE_DATA off),
-    so what leaves the site is what the database holds; it sends rather than stores. A trace
-    item carries no span: it is remembered (a bounded few) so that its spans, which may come
-    in later batches, name its conversation and run. `export` never raises (`otlp.Sender`
-    logs failures, once per burst).
+    so what leaves the site is what the database holds; it converts (`tracing.otlp`) rather
+    than stores. A trace item carries no span: it is remembered (a bounded few) so that its
+    spans, which may come in later batches, name its conversation and run. `export` never
+    raises and never waits for the collector.
     """
 
     REMEMBERED_TRACES = 1024
 
-    def __init__(self, sender: otlp.Sender, service_name: str = "agentsite") -> None:
+    def __init__(
+        self, forwarding: forwarding_module.Forwarding, project: str = "agentsite"
+    ) -> None:
         super().__init__()
-        self.sender = sender
-        self.service_name = service_name
+        self.forwarding = forwarding
+        self.project = project
         self._traces: OrderedDict[str, TraceInsert] = OrderedDict()
 
     def export(self, items: list[SDKTrace | SDKSpan[Any]]) -> None:
@@ -220,14 +225,13 @@ class OtlpExporter(DatabaseExporter):
                 self._traces.popitem(last=False)
             if not batch.spans:
                 return
-            payload = otlp.export_request(
-                batch.spans.values(), self._traces, service_name=self.service_name
-            )
-            if self.sender.send(payload):
-                self.stats.batches += 1
-                self.stats.spans += len(batch.spans)
-            else:
-                self._failed(len(batch.spans))
+            spans = otlp.readable_spans(batch.spans.values(), self._traces, project=self.project)
+            self.forwarding.hand(spans)
+            self.stats.batches += 1
+            self.stats.spans += len(spans)
+            if self.forwarding.forwarder.transport.stopping:
+                # At exit, after the forwarding's own flush: these are the last.
+                self.forwarding.flush(2.0)
         except Exception:
             self._failed(len(items))
             logger.exception("[non-fatal] OpenTelemetry: a batch of %d item(s) failed", len(items))
@@ -235,7 +239,7 @@ class OtlpExporter(DatabaseExporter):
     def _request_shutdown(self) -> None:
         """Called by `BatchTraceProcessor.shutdown(timeout)` (the SDK's exit hook, within its
         budget): what is left is tried once per batch, without retries."""
-        self.sender.stopping = True
+        self.forwarding.forwarder.transport.stopping = True
 
 
 class StoredTrace(NamedTuple):
@@ -471,13 +475,10 @@ def make_processor(exporter: TracingExporter | None = None) -> BatchTraceProcess
 
 def make_forwarding_processor() -> BatchTraceProcessor | None:
     """The processor that forwards spans to `AGENTSITE_OTLP_ENDPOINT`, or None when unset."""
-    endpoint = settings.AGENTSITE_OTLP_ENDPOINT
-    if not endpoint:
+    forwarding = forwarding_module.from_settings()
+    if forwarding is None:
         return None
-    sender = otlp.Sender(
-        endpoint, settings.AGENTSITE_OTLP_HEADERS, timeout=settings.AGENTSITE_OTLP_TIMEOUT
-    )
-    return make_processor(OtlpExporter(sender, settings.AGENTSITE_OTLP_SERVICE_NAME))
+    return make_processor(OtlpExporter(forwarding, settings.AGENTSITE_OTLP_SERVICE_NAME))
 
 
 def install() -> BatchTraceProcessor | None:
@@ -515,7 +516,7 @@ def install() -> BatchTraceProcessor | None:
         if forwarding is not None:
             logger.info(
                 "Tracing: spans are forwarded to %s",
-                otlp.shown_endpoint(settings.AGENTSITE_OTLP_ENDPOINT),
+                forwarding_module.shown_endpoint(settings.AGENTSITE_OTLP_ENDPOINT),
             )
         return processor
 

@@ -1,13 +1,13 @@
-"""OpenTelemetry out: traces as OTLP/JSON, with the GenAI semantic conventions, and the POST
-that forwards them to an OTLP/HTTP endpoint.
+"""OpenTelemetry out: a run's spans as OpenTelemetry's own span type, with the GenAI semantic
+conventions, encoded by OpenTelemetry's own OTLP encoders (protobuf and JSON).
 
-One converter serves both ways out: the trace viewer's `/traces/<id>.otlp.json` (the stored
-rows, `otlp_views`) and the forwarding exporter (`exporter.OtlpExporter`: the SDK's items,
-read and masked by the database exporter's own code, so nothing unmasked leaves the site). It
-reads anything shaped like a `Span` row (`SpanLike`: the model, or the exporter's
-`rows.SpanInsert`), and writes an `ExportTraceServiceRequest` as the OTLP/JSON encoding has it:
-ids in lowercase hex, times in nanoseconds as strings, 64-bit integers as strings, enums as
-numbers.
+One converter serves every way out: the trace viewer's downloads (`/traces/<id>.otlp.pb`,
+`/traces/<id>.otlp.json`: the stored rows, `otlp_views`), the forwarding exporter
+(`exporter.OtlpExporter`: the SDK's items, read and masked by the database exporter's own code,
+so nothing unmasked leaves the site) and a reviewer's decision, forwarded as it is recorded
+(`recording.record_decision`). It reads anything shaped like a `Span` row (`SpanLike`: the
+model, or the exporter's `rows.SpanInsert`) and makes `opentelemetry.sdk.trace.ReadableSpan`s,
+which OpenTelemetry's exporters send (`tracing.forwarding`) and its encoders write.
 
 Ids. A trace's id is the 32 hex of the SDK's `trace_<32 hex>`, so it is the same id in both
 places. A span's is 16 hex, the first 16 of the SDK's `span_<24 hex>`: the SDK draws those
@@ -17,12 +17,23 @@ explicit one) takes the start of its SHA-256 instead. Either way the SDK's own i
 the attributes `agents.trace_id` and `agents.span_id`, so a receiver's span leads back to its
 row exactly.
 
-Attributes follow the GenAI conventions (development status, as of semconv 1.37-1.41): model
-calls are `chat <model>` client spans (`gen_ai.operation.name`, `gen_ai.provider.name` and the
-older `gen_ai.system`, request/response model, `gen_ai.usage.*` with the cached input as
-`gen_ai.usage.cache_read.input_tokens`), agent spans `invoke_agent <name>`, function spans
-`execute_tool <name>`. What the conventions do not name keeps the SDK's or the site's names,
-under `agents.*` (the SDK's span types) and `agentsite.*` (approval decisions).
+Attributes follow the GenAI semantic conventions of OpenTelemetry semconv 1.38 (`SEMCONV`;
+development status): model calls are `chat <model>` client spans (`gen_ai.operation.name`,
+`gen_ai.provider.name` and the older `gen_ai.system`, request/response model,
+`gen_ai.usage.*` with the cached input as `gen_ai.usage.cache_read.input_tokens`) with their
+messages as the conventions' JSON (`gen_ai.input.messages`, `gen_ai.output.messages`,
+`gen_ai.system_instructions`: role and typed parts), only what the site stores (masked; none
+with AGENTSITE_TRACE_SENSITIVE_DATA off); agent spans `invoke_agent <name>`, function spans
+`execute_tool <name>`. Every span also carries OpenInference's kind
+(`openinference.span.kind`: LLM, AGENT, TOOL, GUARDRAIL, CHAIN, EVALUATOR), and model calls
+its input and output values and flattened messages (`input.value`, `llm.input_messages.<i>.*`),
+which viewers such as Arize Phoenix read. A call that waited for a reviewer says so: at the
+pause its span is `await_approval <tool>` (a CHAIN: the call did not run; the call that runs
+after the approval is the one `execute_tool`), with the decision, once known, as its status
+(a rejected or expired call is an error, `agentsite.tool.outcome`); the decision itself is an
+EVALUATOR span `review <tool>` under the agent span that asked. What neither convention names
+keeps the SDK's or the site's names, under `agents.*` (the SDK's span types) and
+`agentsite.*` (approval decisions).
 """
 
 from __future__ import annotations
@@ -33,29 +44,42 @@ import json
 import logging
 import math
 import re
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any, Protocol
 
-from common import outbound
+from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as encode_json
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_proto
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
 from tracing.recording import DECISION_SPAN_NAME
 
 logger = logging.getLogger(__name__)
 
 SCOPE_NAME = "agentsite"
 PROVIDER = "openai"
+SEMCONV = "https://opentelemetry.io/schemas/1.38.0"
 # A string attribute is cut here: collectors and backends refuse or drop far smaller values
 # than a long conversation in a generation's input (the JSON export has all of it).
 ATTRIBUTE_CHARS = 32_768
+# Messages flattened into OpenInference's `llm.*_messages.<i>.*`, the last ones of a call.
+FLAT_MESSAGES = 20
 
-SPAN_KIND_INTERNAL = 1
-SPAN_KIND_CLIENT = 3
-STATUS_ERROR = 2
+OPENINFERENCE_KIND = "openinference.span.kind"
+# What a call that waited for a reviewer became (`agentsite.tool.outcome`) by the decision's
+# word (`recording._decision`), and whether that is an error of the call.
+CALL_OUTCOMES = {
+    "approve": ("approved", False),
+    "edit and approve": ("approved with edits", False),
+    "respond": ("answered by the reviewer", False),
+    "reject": ("rejected", True),
+    "expired": ("expired", True),
+    "withdrawn": ("withdrawn", True),
+}
 
 _SDK_TRACE_ID = re.compile(r"^trace_([0-9a-f]{32})$")
 _SDK_SPAN_ID = re.compile(r"^span_([0-9a-f]{16})[0-9a-f]*$")
@@ -129,28 +153,26 @@ def _nonzero(taken: str, original: str, length: int) -> str:
 # --- values ---------------------------------------------------------------------------------
 
 
-def any_value(value: Any) -> dict[str, Any]:
-    """An OTLP `AnyValue`: typed; 64-bit integers as strings, as the JSON encoding has them."""
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
+def attribute(value: Any) -> Any:
+    """A value as an OpenTelemetry attribute takes it: text (cut), a number, a flag, or a
+    list of text; anything else as its JSON; None (and empty text) as nothing."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool | int):
+        return value
     if isinstance(value, float):
-        return {"doubleValue": value} if math.isfinite(value) else {"stringValue": str(value)}
+        return value if math.isfinite(value) else str(value)
     if isinstance(value, str):
-        return {"stringValue": _cut(value)}
-    if isinstance(value, list | tuple):
-        return {"arrayValue": {"values": [any_value(item) for item in value if item is not None]}}
-    return {"stringValue": _cut(_json(value))}
+        return _cut(value)
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return [_cut(item) for item in value]
+    return _cut(_json(value))
 
 
-def attributes(values: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """OTLP `KeyValue`s of `values`, those that are None (or empty text) left out."""
-    return [
-        {"key": key, "value": any_value(value)}
-        for key, value in values.items()
-        if value is not None and value != ""
-    ]
+def attributes(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` as OpenTelemetry attributes, those that are None (or empty text) left out."""
+    cleaned = {key: attribute(value) for key, value in values.items()}
+    return {key: value for key, value in cleaned.items() if value is not None}
 
 
 def _cut(text: str) -> str:
@@ -161,34 +183,53 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str, sort_keys=True)
 
 
-def unix_nanos(value: datetime | None) -> str:
-    """A time as OTLP has it: nanoseconds since the epoch, a string."""
+def unix_nanos(value: datetime | None) -> int:
+    """A time as OTLP has it: nanoseconds since the epoch."""
     if value is None:
-        return "0"
+        return 0
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     delta = value - datetime(1970, 1, 1, tzinfo=UTC)
     micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    return str(micros * 1000)
+    return micros * 1000
 
 
 # --- spans ----------------------------------------------------------------------------------
 
 
-def span_json(span: SpanLike, trace: TraceLike | None = None) -> dict[str, Any]:
-    """One span as OTLP/JSON (`trace`, when known, adds its conversation and, on a root span,
-    its workflow, run and outcome)."""
+def readable_span(
+    span: SpanLike,
+    trace: TraceLike | None = None,
+    *,
+    resource: Resource | None = None,
+    outcome: str | None = None,
+) -> ReadableSpan:
+    """One span as OpenTelemetry's `ReadableSpan` (`trace`, when known, adds its conversation
+    and, on a root span, its workflow, run and outcome; `outcome`, on a call that waited for
+    a reviewer, the decision on it)."""
     data = span.span_data if isinstance(span.span_data, dict) else {}
     inner = _mapping(data.get("data"))
-    name, kind, values = _semantics(span, data, inner)
+    name, kind, open_kind, values = _semantics(span, data, inner)
+    status = Status(StatusCode.UNSET)
+    if outcome is not None:
+        values = {**values, **_waited(outcome)}
+        said, failed = CALL_OUTCOMES.get(outcome, (outcome, False))
+        if failed:
+            status = Status(StatusCode.ERROR, f"the call was {said}, not run")
+    elif span.name == DECISION_SPAN_NAME:
+        said, failed = CALL_OUTCOMES.get(_text(inner.get("decision")), ("", False))
+        if failed:
+            status = Status(StatusCode.ERROR, f"{_text(inner.get('tool'))} {said}")
     values = {
         **values,
+        OPENINFERENCE_KIND: open_kind,
         "agents.trace_id": span.trace_id,
         "agents.span_id": span.span_id,
         "agents.span_type": span.span_type,
     }
     if trace is not None:
         values["gen_ai.conversation.id"] = trace.group_id
+        values["session.id"] = trace.group_id  # OpenInference's
         if not span.parent_id:
             metadata = trace.metadata if isinstance(trace.metadata, dict) else {}
             values["agentsite.workflow"] = trace.workflow_name
@@ -198,89 +239,115 @@ def span_json(span: SpanLike, trace: TraceLike | None = None) -> dict[str, Any]:
             values["agentsite.outcome"] = _text(getattr(trace, "outcome", ""))
             values["agentsite.outcome_reason"] = _text(getattr(trace, "outcome_reason", ""))
     values["agents.span_data"] = _json(data) if data else None
-    started = span.started_at or span.ended_at
-    result: dict[str, Any] = {
-        "traceId": trace_id_hex(span.trace_id),
-        "spanId": span_id_hex(span.span_id),
-        "name": name,
-        "kind": kind,
-        "startTimeUnixNano": unix_nanos(started),
-        "endTimeUnixNano": unix_nanos(span.ended_at or started),
-        "attributes": attributes(values),
-    }
-    if span.parent_id:
-        result["parentSpanId"] = span_id_hex(span.parent_id)
     if span.error is not None:
         error = span.error if isinstance(span.error, dict) else {"message": span.error}
-        result["status"] = {"code": STATUS_ERROR, "message": _cut(_text(error.get("message")))}
+        status = Status(StatusCode.ERROR, _cut(_text(error.get("message"))))
         if error.get("data") is not None:
-            result["attributes"] += attributes({"agents.error.data": _json(error["data"])})
-    return result
+            values["agents.error.data"] = _json(error["data"])
+    trace_id = int(trace_id_hex(span.trace_id), 16)
+    started = span.started_at or span.ended_at
+    return ReadableSpan(
+        name=name,
+        context=_context(trace_id, span.span_id),
+        parent=_context(trace_id, span.parent_id) if span.parent_id else None,
+        resource=resource or project_resource(),
+        attributes=attributes(values),
+        kind=kind,
+        status=status,
+        start_time=unix_nanos(started),
+        end_time=unix_nanos(span.ended_at or started),
+        instrumentation_scope=_scope(),
+    )
+
+
+def _context(trace_id: int, span_id: str) -> SpanContext:
+    return SpanContext(
+        trace_id, int(span_id_hex(span_id), 16), is_remote=False, trace_flags=SAMPLED
+    )
+
+
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 def _semantics(
     span: SpanLike, data: dict[str, Any], inner: dict[str, Any]
-) -> tuple[str, int, dict[str, Any]]:
-    """The span's OTLP name, kind and attributes, by its SDK type."""
+) -> tuple[str, SpanKind, str, dict[str, Any]]:
+    """The span's OTLP name, kind, OpenInference kind and attributes, by its SDK type."""
     kind = span.span_type
     if kind in ("generation", "response"):
         return _model_call(span, data)
     if kind == "agent":
         agent = _text(data.get("name"))
-        return (
-            f"invoke_agent {agent}".strip(),
-            SPAN_KIND_INTERNAL,
-            {
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.provider.name": PROVIDER,
-                "gen_ai.agent.name": agent,
-                "agents.agent.tools": _strings(data.get("tools")),
-                "agents.agent.handoffs": _strings(data.get("handoffs")),
-                "agents.agent.output_type": _text(data.get("output_type")),
-            },
-        )
+        values = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": PROVIDER,
+            "gen_ai.agent.name": agent,
+            "agents.agent.tools": _strings(data.get("tools")),
+            "agents.agent.handoffs": _strings(data.get("handoffs")),
+            "agents.agent.output_type": _text(data.get("output_type")),
+        }
+        return f"invoke_agent {agent}".strip(), SpanKind.INTERNAL, "AGENT", values
     if kind == "function":
-        tool = _text(data.get("name"))
-        return (
-            f"execute_tool {tool}".strip(),
-            SPAN_KIND_INTERNAL,
-            {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": tool,
-                "gen_ai.tool.type": "function",
-                # Opt-in in the conventions; here only what the site stores (masked, and
-                # none with AGENTSITE_TRACE_SENSITIVE_DATA off).
-                "gen_ai.tool.call.arguments": _text(data.get("input")),
-                "gen_ai.tool.call.result": _text(data.get("output")),
-            },
-        )
+        return _tool_call(data)
     if kind == "handoff":
         handoff = {
             "agents.handoff.from": data.get("from_agent"),
             "agents.handoff.to": data.get("to_agent"),
         }
-        return span.name, SPAN_KIND_INTERNAL, handoff
+        return span.name, SpanKind.INTERNAL, "CHAIN", handoff
     if kind == "guardrail":
         guardrail = {
             "agents.guardrail.name": data.get("name"),
             "agents.guardrail.triggered": _flag(data.get("triggered")),
         }
-        return span.name, SPAN_KIND_INTERNAL, guardrail
+        return span.name, SpanKind.INTERNAL, "GUARDRAIL", guardrail
     if span.name == DECISION_SPAN_NAME:
-        return span.name, SPAN_KIND_INTERNAL, _decision(inner)
-    return span.name or kind, SPAN_KIND_INTERNAL, {}
+        tool = _text(inner.get("tool"))
+        return f"review {tool}".strip(), SpanKind.INTERNAL, "EVALUATOR", _decision(inner)
+    return span.name or kind, SpanKind.INTERNAL, "CHAIN", {}
 
 
-def _model_call(span: SpanLike, data: dict[str, Any]) -> tuple[str, int, dict[str, Any]]:
+def _tool_call(data: dict[str, Any]) -> tuple[str, SpanKind, str, dict[str, Any]]:
+    tool = _text(data.get("name"))
+    mcp = _mapping(data.get("mcp_data"))
+    values: dict[str, Any] = {
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.type": "function",
+        # Opt-in in the conventions; here only what the site stores (masked, and none with
+        # AGENTSITE_TRACE_SENSITIVE_DATA off).
+        "gen_ai.tool.call.arguments": _text(data.get("input")),
+        "gen_ai.tool.call.result": _text(data.get("output")),
+        "tool.name": tool,  # OpenInference's
+        "input.value": _text(data.get("input")),
+        "output.value": _text(data.get("output")),
+        "agents.mcp.server": _text(mcp.get("server")),
+    }
+    if data.get("awaiting_approval"):
+        # The SDK's span of a call that paused for a reviewer: it did not run (the call that
+        # runs after an approval has a span of its own).
+        values["agentsite.tool.outcome"] = "awaiting approval"
+        values["gen_ai.operation.name"] = "await_approval"
+        return f"await_approval {tool}".strip(), SpanKind.INTERNAL, "CHAIN", values
+    values["gen_ai.operation.name"] = "execute_tool"
+    return f"execute_tool {tool}".strip(), SpanKind.INTERNAL, "TOOL", values
+
+
+def _waited(outcome: str) -> dict[str, Any]:
+    said, _ = CALL_OUTCOMES.get(outcome, (outcome, False))
+    return {"agentsite.tool.outcome": said, "agentsite.approval.decision": outcome}
+
+
+def _model_call(span: SpanLike, data: dict[str, Any]) -> tuple[str, SpanKind, str, dict[str, Any]]:
     requested = data.get("model") if isinstance(data.get("model"), str) else ""
     # The exporter names a call without a model "unknown model" (for its cost): no model here.
     answered = span.model if span.model and span.model != "unknown model" else requested
     config = _mapping(data.get("model_config"))
+    model = requested or answered
     values: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": PROVIDER,
         "gen_ai.system": PROVIDER,  # its name before semconv 1.37, which most tools still read
-        "gen_ai.request.model": requested or answered,
+        "gen_ai.request.model": model,
         "gen_ai.response.model": answered,
         "gen_ai.response.id": _text(data.get("response_id")),
         "gen_ai.request.temperature": _number(config.get("temperature")),
@@ -289,23 +356,188 @@ def _model_call(span: SpanLike, data: dict[str, Any]) -> tuple[str, int, dict[st
         "gen_ai.usage.input_tokens": span.input_tokens,
         "gen_ai.usage.output_tokens": span.output_tokens,
         "gen_ai.usage.cache_read.input_tokens": span.cached_tokens,
+        # OpenInference's names of the same
+        "llm.model_name": answered,
+        "llm.provider": PROVIDER,
+        "llm.token_count.prompt": span.input_tokens,
+        "llm.token_count.completion": span.output_tokens,
+        "llm.token_count.total": span.input_tokens + span.output_tokens,
+        "llm.token_count.prompt_details.cache_read": span.cached_tokens,
     }
-    model = requested or answered
-    return f"chat {model}".strip(), SPAN_KIND_CLIENT, values
+    values.update(messages_attributes(data.get("input"), data.get("output")))
+    return f"chat {model}".strip(), SpanKind.CLIENT, "LLM", values
+
+
+# --- messages (semconv 1.38's JSON, and OpenInference's flattened form) --------------------
+
+
+def messages_attributes(given: Any, answered: Any) -> dict[str, Any]:
+    """A model call's messages as the GenAI conventions have them: `gen_ai.input.messages`,
+    `gen_ai.output.messages`, `gen_ai.system_instructions`, each a JSON array of messages
+    with a role and typed parts; and as OpenInference's `input.value`, `output.value` and
+    `llm.{input,output}_messages.<i>.message.{role,content}`. From the SDK's items (chat or
+    Responses shape), as stored: nothing when the site stores no inputs and outputs."""
+    system, inputs = _messages(_items(given))
+    _, outputs = _messages(_items(answered))
+    if outputs:
+        calls = any(part.get("type") == "tool_call" for m in outputs for part in m["parts"])
+        outputs[-1]["finish_reason"] = "tool_call" if calls else "stop"
+    values: dict[str, Any] = {
+        "gen_ai.system_instructions": _json_or_none(system),
+        "gen_ai.input.messages": _json_or_none(inputs),
+        "gen_ai.output.messages": _json_or_none(outputs),
+    }
+    if inputs or system:
+        values["input.value"] = _json({"messages": _flat(system, inputs)})
+        values["input.mime_type"] = "application/json"
+    if outputs:
+        values["output.value"] = _json({"messages": _flat([], outputs)})
+        values["output.mime_type"] = "application/json"
+    for prefix, listed in (
+        ("llm.input_messages", _flat(system, inputs)),
+        ("llm.output_messages", _flat([], outputs)),
+    ):
+        for index, message in enumerate(listed[-FLAT_MESSAGES:]):
+            values[f"{prefix}.{index}.message.role"] = message["role"]
+            values[f"{prefix}.{index}.message.content"] = message["content"]
+    return values
+
+
+def _json_or_none(value: list[Any]) -> str | None:
+    return _json(value) if value else None
+
+
+def _items(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return [{"role": "user", "content": value}] if value else []
+    if isinstance(value, dict):
+        return [value]
+    return value if isinstance(value, list) else []
+
+
+def _messages(items: Sequence[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(system instruction parts, messages) of the SDK's items."""
+    system: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind in ("function_call", "custom_tool_call"):
+            part = {
+                "type": "tool_call",
+                "id": _text(item.get("call_id")),
+                "name": _text(item.get("name")),
+                "arguments": _arguments(item.get("arguments", item.get("input"))),
+            }
+            if messages and messages[-1]["role"] == "assistant":
+                messages[-1]["parts"].append(part)
+            else:
+                messages.append({"role": "assistant", "parts": [part]})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            response = {"type": "tool_call_response", "id": _text(item.get("call_id"))}
+            messages.append({"role": "tool", "parts": [{**response, "response": _output(item)}]})
+        elif "role" in item:
+            role = _text(item.get("role"))
+            parts = _parts(item.get("content"))
+            for call in item.get("tool_calls") or []:  # the chat completions shape
+                function = _mapping(_mapping(call).get("function"))
+                parts.append(
+                    {
+                        "type": "tool_call",
+                        "id": _text(_mapping(call).get("id")),
+                        "name": _text(function.get("name")),
+                        "arguments": _arguments(function.get("arguments")),
+                    }
+                )
+            if role in ("system", "developer"):
+                system.extend(parts)
+            elif role == "tool":
+                response = {"type": "tool_call_response", "id": _text(item.get("tool_call_id"))}
+                messages.append(
+                    {
+                        "role": "tool",
+                        "parts": [{**response, "response": _text(item.get("content"))}],
+                    }
+                )
+            elif parts:
+                messages.append({"role": role or "user", "parts": parts})
+    return system, messages
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}] if content else []
+    parts: list[dict[str, Any]] = []
+    for piece in content if isinstance(content, list) else []:
+        piece = _mapping(piece)
+        text = piece.get("text", piece.get("refusal"))
+        if isinstance(text, str):
+            parts.append({"type": "text", "content": text})
+        elif piece:
+            parts.append({"type": _text(piece.get("type")) or "unknown", "content": _json(piece)})
+    return parts
+
+
+def _arguments(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _output(item: dict[str, Any]) -> str:
+    output = item.get("output")
+    return output if isinstance(output, str) else _json(output)
+
+
+def _flat(system: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Messages as role and text, as OpenInference flattens them."""
+    flat = [{"role": "system", "content": _texts(system)}] if system else []
+    for message in messages:
+        flat.append({"role": message["role"], "content": _texts(message["parts"])})
+    return flat
+
+
+def _texts(parts: list[dict[str, Any]]) -> str:
+    said = []
+    for part in parts:
+        if part.get("type") == "text":
+            said.append(_text(part.get("content")))
+        elif part.get("type") == "tool_call":
+            said.append(f"{part.get('name')}({_json(part.get('arguments'))})")
+        elif part.get("type") == "tool_call_response":
+            said.append(_text(part.get("response")))
+        else:
+            said.append(_text(part.get("content")))
+    return "\n".join(said)
 
 
 def _decision(data: dict[str, Any]) -> dict[str, Any]:
     """A reviewer's decision (`recording.record_decision`): what the site adds to the run."""
+    reviewer = _text(data.get("reviewer"))
     return {
         "agentsite.approval.decision": _text(data.get("decision")),
-        "agentsite.approval.reviewer": _text(data.get("reviewer")),
+        "agentsite.approval.reviewer": reviewer,
         "agentsite.approval.tool": _text(data.get("tool")),
         "agentsite.approval.policy": _text(data.get("policy")),
         "agentsite.approval.message": _text(data.get("message")),
         "agentsite.approval.always": _flag(data.get("always")),
         "agentsite.approval.edited": _flag(data.get("edited")),
+        "agentsite.approval.waited_seconds": _number(data.get("waited_seconds")),
+        "agentsite.approval.arguments_hash": _text(data.get("arguments_hash")),
+        "agentsite.approval.edited_arguments_hash": _text(data.get("edited_arguments_hash")),
+        "agentsite.approval.edited_arguments": _text(data.get("edited_arguments")),
+        "agentsite.approval.changed": _strings(data.get("changed")),
         "gen_ai.tool.name": _text(data.get("tool")),
         "gen_ai.tool.call.id": _text(data.get("call_id")),
+        "user.id": reviewer,  # OpenInference's: who decided
+        "output.value": _text(data.get("decision")),
     }
 
 
@@ -338,6 +570,7 @@ def _number(value: Any) -> int | float | None:
 # --- the request ----------------------------------------------------------------------------
 
 
+@cache
 def _version() -> str:
     try:
         return importlib.metadata.version("agentsite")
@@ -345,195 +578,78 @@ def _version() -> str:
         return ""
 
 
-def export_request(
+@cache
+def _scope() -> InstrumentationScope:
+    return InstrumentationScope(SCOPE_NAME, _version() or None, SEMCONV)
+
+
+@cache
+def project_resource(project: str = "agentsite") -> Resource:
+    """The resource every span is sent with: the project's name as `service.name` and as
+    OpenInference's `openinference.project.name` (Phoenix's project)."""
+    values = {"service.name": project, "openinference.project.name": project}
+    if _version():
+        values["service.version"] = _version()
+    return Resource(values)
+
+
+def readable_spans(
     spans: Iterable[SpanLike],
     traces: Mapping[str, TraceLike] | None = None,
     *,
-    service_name: str = "agentsite",
-) -> dict[str, Any]:
-    """An OTLP/JSON `ExportTraceServiceRequest` of `spans` (one resource, one scope);
-    `traces`, by trace id, adds what is known of their traces."""
+    project: str = "agentsite",
+) -> list[ReadableSpan]:
+    """`spans` as OpenTelemetry's spans, a call that waited for a reviewer with the decision
+    on it when one of `spans` holds it (a stored trace); `traces`, by trace id, adds what is
+    known of their traces."""
     known = traces or {}
+    listed = list(spans)
+    outcomes = _call_outcomes(listed)
+    resource = project_resource(project)
+    return [
+        readable_span(
+            span, known.get(span.trace_id), resource=resource, outcome=outcomes.get(span.span_id)
+        )
+        for span in listed
+    ]
+
+
+def _call_outcomes(spans: Sequence[SpanLike]) -> dict[str, str]:
+    """The decision on each call that waited (its span id: the decision's word): a tool's
+    waiting calls and its decisions, in the order they happened, pair up."""
+    waiting: dict[str, list[SpanLike]] = {}
+    decided: dict[str, list[str]] = {}
+    for span in sorted(spans, key=lambda span: span.started_at or datetime.min.replace(tzinfo=UTC)):
+        data = span.span_data if isinstance(span.span_data, dict) else {}
+        if span.span_type == "function" and data.get("awaiting_approval"):
+            waiting.setdefault(_text(data.get("name")), []).append(span)
+        elif span.name == DECISION_SPAN_NAME:
+            inner = _mapping(data.get("data"))
+            decided.setdefault(_text(inner.get("tool")), []).append(_text(inner.get("decision")))
     return {
-        "resourceSpans": [
-            {
-                "resource": {
-                    "attributes": attributes(
-                        {"service.name": service_name, "service.version": _version()}
-                    )
-                },
-                "scopeSpans": [
-                    {
-                        "scope": {"name": SCOPE_NAME, "version": _version()},
-                        "spans": [span_json(span, known.get(span.trace_id)) for span in spans],
-                    }
-                ],
-            }
-        ]
+        span.span_id: decision
+        for tool, calls in waiting.items()
+        for span, decision in zip(calls, decided.get(tool, ()), strict=False)
     }
 
 
-# --- sending --------------------------------------------------------------------------------
-
-# What OTLP/HTTP says a client retries (the specification's "Retryable Response Codes");
-# any other answer is final.
-RETRYABLE = frozenset({429, 502, 503, 504})
-RETRY_AFTER_MOST = 5.0
-# While the endpoint fails, batches are dropped without a POST for this long, doubling.
-PAUSE_FIRST = 1.0
-PAUSE_MOST = 60.0
-
-
-@dataclass
-class Answer:
-    code: int | None  # None: no answer (refused, timed out)
-    error: str = ""
-    retry_after: float | None = None
-
-    @property
-    def delivered(self) -> bool:
-        return self.code is not None and 200 <= self.code < 300
-
-    @property
-    def retryable(self) -> bool:
-        return self.code is None or self.code in RETRYABLE
+def protobuf_request(
+    spans: Iterable[SpanLike],
+    traces: Mapping[str, TraceLike] | None = None,
+    *,
+    project: str = "agentsite",
+) -> bytes:
+    """An OTLP `ExportTraceServiceRequest` of `spans`, in protobuf (OpenTelemetry's own
+    encoder: what its OTLP/HTTP exporter sends)."""
+    return encode_proto(readable_spans(spans, traces, project=project)).SerializeToString()
 
 
-class Sender:
-    """POSTs OTLP/JSON requests to one endpoint, never raising.
-
-    Each attempt has a timeout; a retryable failure (no answer, 429, 502-504) is tried
-    `retries` more times with exponential backoff (the server's Retry-After when it gives one,
-    at most 5 s). A failure is logged once per burst (a warning), then quietly until a request
-    is delivered again (logged too). While failing, it pauses: batches are dropped at once,
-    with no POST, for 1 s after the first failure, doubling up to a minute, and then one
-    attempt (no retries) probes the endpoint. An unreachable collector would otherwise hold
-    the processor's thread for minutes per batch, while its queue filled and the SDK logged
-    every span it then dropped.
-    """
-
-    def __init__(
-        self,
-        endpoint: str,
-        headers: Mapping[str, str] | None = None,
-        *,
-        timeout: float = 10.0,
-        retries: int = 2,
-        backoff: float = 0.5,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.endpoint = endpoint
-        self.shown = shown_endpoint(endpoint)
-        self.headers = {"Content-Type": "application/json", **(headers or {})}
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self.delivered = 0
-        self.lost = 0
-        self.stopping = False  # at shutdown: one attempt per batch, no retries
-        self._clock = clock
-        self._failing = False
-        self._pause = 0.0
-        self._paused_until = 0.0
-
-    def send(self, payload: dict[str, Any]) -> bool:
-        if self._failing and self._clock() < self._paused_until:
-            self.lost += 1
-            logger.debug("OpenTelemetry: a batch of spans was dropped (%s failing)", self.shown)
-            return False
-        retries = 0 if self._failing or self.stopping else self.retries
-        try:
-            body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-            answer = self._post(body)
-            for attempt in range(retries):
-                if answer.delivered or not answer.retryable:
-                    break
-                time.sleep(self._delay(attempt, answer))
-                answer = self._post(body)
-        except Exception as exc:  # never into the SDK's thread
-            answer = Answer(None, f"{type(exc).__name__}: {exc}")
-        if answer.delivered:
-            self._recovered()
-            return True
-        self._failed(answer)
-        return False
-
-    def _delay(self, attempt: int, answer: Answer) -> float:
-        if answer.retry_after is not None:
-            return min(answer.retry_after, RETRY_AFTER_MOST)
-        return outbound.doubling_backoff(self.backoff, attempt)
-
-    def _post(self, body: bytes) -> Answer:
-        request = urllib.request.Request(
-            self.endpoint, data=body, headers=self.headers, method="POST"
-        )
-        try:
-            # A redirect is a refusal: spans are not sent on to another address.
-            with outbound.opener.open(request, timeout=self.timeout) as response:
-                answer = response.read(64 * 1024)
-                self._partial(answer)
-                return Answer(response.status)
-        except urllib.error.HTTPError as refused:
-            retry_after = _seconds(refused.headers.get("Retry-After"))
-            return Answer(refused.code, outbound.refusal(refused, 300), retry_after)
-        except urllib.error.URLError as failed:
-            return Answer(None, f"could not connect: {failed.reason}")
-        except (OSError, ValueError) as failed:
-            return Answer(None, f"{type(failed).__name__}: {failed}")
-
-    def _partial(self, answer: bytes) -> None:
-        """A 200 may still refuse some spans (OTLP's partial success): say so."""
-        try:
-            partial = json.loads(answer or b"{}").get("partialSuccess") or {}
-        except (ValueError, AttributeError):
-            return
-        rejected = partial.get("rejectedSpans")
-        if rejected and str(rejected) != "0":
-            logger.warning(
-                "OpenTelemetry: %s refused %s span(s): %s",
-                self.shown,
-                rejected,
-                partial.get("errorMessage", ""),
-            )
-
-    def _failed(self, answer: Answer) -> None:
-        self.lost += 1
-        self._pause = min(PAUSE_MOST, max(PAUSE_FIRST, self._pause * 2))
-        self._paused_until = self._clock() + self._pause
-        if self._failing:
-            logger.debug("OpenTelemetry: a batch of spans was not delivered: %s", answer.error)
-            return
-        self._failing = True
-        logger.warning(
-            "[non-fatal] OpenTelemetry: spans were not delivered to %s (%s); "
-            "further failures are not logged until a delivery succeeds",
-            self.shown,
-            answer.error or f"HTTP {answer.code}",
-        )
-
-    def _recovered(self) -> None:
-        self.delivered += 1
-        self._pause = 0.0
-        if self._failing:
-            self._failing = False
-            logger.warning(
-                "OpenTelemetry: spans reach %s again (%d batch(es) lost so far)",
-                self.shown,
-                self.lost,
-            )
-
-
-def shown_endpoint(endpoint: str) -> str:
-    """The endpoint as logs show it: no user or password, no query (a token may be there)."""
-    parts = urllib.parse.urlsplit(endpoint)
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None  # an HTTP date: the backoff's own wait then
+def json_request(
+    spans: Iterable[SpanLike],
+    traces: Mapping[str, TraceLike] | None = None,
+    *,
+    project: str = "agentsite",
+) -> str:
+    """The same request in OTLP/JSON (OpenTelemetry's own JSON encoder: hex ids, times as
+    strings, enums as numbers)."""
+    return encode_json(readable_spans(spans, traces, project=project)).to_json()

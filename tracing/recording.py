@@ -147,7 +147,9 @@ def record_decision(
             span = Span(
                 span_id=gen_span_id(),
                 trace_id=run.trace_id,
-                parent_id=_agent_span_id(run.trace_id, request.agent_name),
+                parent_id=(
+                    request.agent_span_id or _agent_span_id(run.trace_id, request.agent_name)
+                ),
                 span_type="custom",
                 name=DECISION_SPAN_NAME,
                 started_at=decision.created,
@@ -170,15 +172,37 @@ def record_decision(
                         "tool": request.tool_name,
                         "call_id": request.call_id,
                         "arguments_hash": decision.arguments_hash,
-                        **_edit(decision),
+                        "waited_seconds": _waited(request, decision),
+                        **_edit(decision, request),
                     },
                 },
             )
             columns(Span).insert(span)
+            transaction.on_commit(lambda: _forward(span))
     except Exception:
         logger.exception(
             "Tracing: the decision on request %s was not added to its trace", request.pk
         )
+
+
+def _forward(span: Span) -> None:
+    """The decision, once stored, to the OTLP forwarding (when on): live, as the SDK's spans
+    are. Never raises (logged)."""
+    try:
+        from tracing import forwarding, otlp  # noqa: PLC0415 (otlp reads this module's names)
+
+        if forwarding.from_settings() is None:
+            return
+        forwarding.hand(otlp.readable_spans([span], project=settings.AGENTSITE_OTLP_SERVICE_NAME))
+    except Exception:
+        logger.exception("OpenTelemetry: a decision's span was not forwarded")
+
+
+def _waited(request: ApprovalRequest, decision: ApprovalDecision) -> float | None:
+    """Seconds from the request to its decision."""
+    if request.created is None or decision.created is None:
+        return None
+    return round(max(0.0, (decision.created - request.created).total_seconds()), 3)
 
 
 def record_stop(run_id: int, who: str, at: Any) -> None:
@@ -239,18 +263,29 @@ def _fields(run: AgentRun, status: str) -> Mapping[str, Any]:
     }
 
 
-def _edit(decision: ApprovalDecision) -> dict[str, Any]:
-    """An edited call's mark: the arguments it runs with (masked; only with the sensitive
-    data setting on, as the SDK's own spans) and their hash beside the model's."""
+def _edit(decision: ApprovalDecision, request: ApprovalRequest) -> dict[str, Any]:
+    """An edited call's mark: which arguments changed (their names), the arguments it runs
+    with (masked; only with the sensitive data setting on, as the SDK's own spans) and their
+    hash beside the model's."""
     if not decision.is_edit:
         return {}
     edit: dict[str, Any] = {
         "edited": True,
         "edited_arguments_hash": decision.edited_arguments_hash,
+        "changed": _changed(request.arguments, decision.edited_arguments),
     }
     if settings.AGENTSITE_TRACE_SENSITIVE_DATA:
         edit["edited_arguments"] = redaction.clean(decision.edited_arguments)
     return edit
+
+
+def _changed(before: Any, after: Any) -> list[str]:
+    """The names of the arguments an edit added, removed or changed (top level)."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return [] if before == after else ["(arguments)"]
+    return sorted(
+        key for key in before.keys() | after.keys() if before.get(key, ...) != after.get(key, ...)
+    )
 
 
 def _decision(decision: ApprovalDecision, status: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeGuard
 
-from tracing import redaction
+from tracing import calls, redaction
 
 # What `trace_include_sensitive_data=False` removes, per span type; the exporter removes it
 # again, because the SDK lets some through (a rejection message in a function span's output).
@@ -66,6 +66,19 @@ def with_response_model(item: Any, exported: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(model, str) or not model:
         return exported
     return {**exported, "span_data": {**data, "model": model}}
+
+
+def with_waiting_mark(exported: dict[str, Any]) -> dict[str, Any]:
+    """A tool span of a call that paused for a reviewer (`tracing.calls`) marked
+    `awaiting_approval`: the SDK's span says nothing of it, and it did not run."""
+    data = exported.get("span_data")
+    if not isinstance(data, dict) or data.get("type") != "function":
+        return exported
+    if not calls.awaited(
+        str(exported.get("trace_id")), str(exported.get("id")), data, exported.get("error")
+    ):
+        return exported
+    return {**exported, "span_data": {**data, "awaiting_approval": True}}
 
 
 def trace_row(exported: dict[str, Any], *, cleaner: redaction.Cleaner | None = None) -> TraceInsert:

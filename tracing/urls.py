@@ -33,6 +33,12 @@ urlpatterns = [
         otlp_views.trace_export_otlp,
         name="trace_export_otlp",
     ),
+    path(
+        "traces/<key:trace_id>.otlp.pb",
+        otlp_views.trace_export_otlp,
+        {"encoding": "pb"},
+        name="trace_export_otlp_protobuf",
+    ),
     path("traces/<key:trace_id>.json", trace_views.trace_export, name="trace_export"),
     path("traces/<key:trace_id>/", trace_views.trace_detail, name="trace_detail"),
     path("traces/<key:trace_id>/tree/", trace_views.trace_tree, name="trace_tree"),

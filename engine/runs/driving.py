@@ -21,7 +21,18 @@ from engine import context as run_context
 from engine import events, mcp, policies, providers, registry
 from engine.executor import Job
 from engine.models import AgentRun, RunStatus
-from engine.runs import edits, endings, errors, final, restoring, rows, saving, stopping, streaming
+from engine.runs import (
+    edits,
+    endings,
+    errors,
+    final,
+    restoring,
+    rows,
+    saving,
+    spans,
+    stopping,
+    streaming,
+)
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 30
@@ -137,7 +148,12 @@ async def _drive(
     await policies.aguard(agent)
     try:
         result = Runner.run_streamed(
-            agent, run_input, context=context, session=session, run_config=_run_config(run, agent)
+            agent,
+            run_input,
+            context=context,
+            session=session,
+            run_config=_run_config(run, agent),
+            hooks=spans.HOOKS,
         )
         last_beat = time.monotonic()
         streamed = streaming.Streamed(saved_at=last_beat)

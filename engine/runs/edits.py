@@ -53,12 +53,22 @@ def edit_refusal(request: ApprovalRequest, sheet: registry.ToolSheet | None = No
     """Why the call's arguments may not be edited before it is approved ("" when they may):
     the one rule the inbox's form, the API, a decision and the resume all read.
 
-    Only a function tool's call, whose JSON schema an edit is checked against (an MCP
-    server's tool, a shell command, a patch have none here, and a function tool of the same
-    name must not lend its own), with its stored arguments intact, of a tool whose author
-    allows edits (`registry.review(editable=...)`). `sheet`: the tool's, when the caller has
-    it."""
-    if request.kind != ToolKind.FUNCTION:
+    Only a call of a function tool, or of a local MCP server's tool the deployment declared
+    (`registry.review(server, tool_name=...)`), whose JSON schema an edit is checked against (the
+    server's as it listed it at the pause; a shell command, a patch have none, and a function
+    tool of the same name must not lend its own), with its stored arguments intact, of a tool
+    whose author allows edits (`registry.review(editable=...)`). `sheet`: the tool's, when
+    the caller has it."""
+    if request.kind == ToolKind.MCP:
+        if sheet is None:
+            sheet = registry.request_sheet(request.run.agent_name, request)
+        if not sheet.review.declared:
+            return (
+                f"The arguments of {request.tool_name}, a tool of the MCP server "
+                f"“{request.server}”, can be edited only once the deployment declares the "
+                "tool (review(server, tool_name=...)): approve or reject the call as it is."
+            )
+    elif request.kind != ToolKind.FUNCTION:
         return (
             "Only a function tool's arguments can be edited, and this call is for a tool of "
             f"another kind ({request.get_kind_display()}): approve or reject it as it is."
@@ -69,7 +79,7 @@ def edit_refusal(request: ApprovalRequest, sheet: registry.ToolSheet | None = No
             "edited; reject it."
         )
     if sheet is None:
-        sheet = registry.tool_sheet(request.run.agent_name, request.agent_name, request.tool_name)
+        sheet = registry.request_sheet(request.run.agent_name, request)
     if not sheet.editable:
         return (
             f"The arguments of {request.tool_name} cannot be edited (its author does not "
@@ -88,7 +98,7 @@ def edit_fields(
             not fit the tool's schema.
     """
     request.run = run
-    sheet = registry.tool_sheet(run.agent_name, request.agent_name, request.tool_name)
+    sheet = registry.request_sheet(run.agent_name, request)
     refusal = edit_refusal(request, sheet)
     if refusal:
         raise errors.InvalidDecision(refusal)

@@ -163,7 +163,8 @@ def save_pause(
                 return rows.Outcome()
             pause = pause_count + 1
             _bind(state, run.pk, pause, mcp_tools)
-            requests = _request_rows(run, pause, agent, paused, now, mcp_descriptions or {})
+            spans = getattr(result.context_wrapper.context, "agent_spans", {})
+            requests = _request_rows(run, pause, agent, paused, now, mcp_descriptions or {}, spans)
             decided = [
                 decisions.decide_by_policy(request, each.verdict, now)
                 for request, each in zip(requests, paused, strict=True)
@@ -197,6 +198,7 @@ def _judged(run: AgentRun, agent: Agent[Any], result: RunResultStreaming) -> lis
             parse_arguments(paused_calls.arguments(item)),
             run.agent_name,
             paused_calls.kind(item),
+            paused_calls.server(item),
         )
         for item in items
     ]
@@ -235,6 +237,7 @@ def _request_rows(
     paused: list[_Paused],
     now: Any,
     described: dict[str, dict[str, dict[str, Any]]],
+    agent_spans: dict[str, str],
 ) -> list[ApprovalRequest]:
     expires_at = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL)
     requests = [
@@ -259,6 +262,7 @@ def _request_rows(
     ]
     for request in requests:
         request.tool_sheet = _server_tool_sheet(request, described)
+        request.agent_span_id = agent_spans.get(request.agent_name, "")[:64]
         columns(ApprovalRequest).insert(request)
     return requests
 

@@ -166,7 +166,9 @@ PLUMBING = ("agentsite.db", "common")
 STORAGE = (
     "conversations.items",
     "conversations.session",
+    "tracing.calls",
     "tracing.exporter",
+    "tracing.forwarding",
     "tracing.otlp",
     "tracing.recording",
     "tracing.redaction",

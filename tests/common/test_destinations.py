@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -16,11 +17,12 @@ from typing import Any
 import pytest
 from django.core import checks
 from django.test import Client
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from common import destinations, outbound
 from tests.factories import make_user
 from tests.webhooks import make_endpoint, queued
-from tracing import otlp
+from tracing import forwarding, otlp
 from tracing.apps import check_otlp_destination
 from webhooks import delivery
 from webhooks.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
@@ -154,12 +156,16 @@ def test_a_webhook_to_a_private_address_is_not_sent_and_its_attempt_says_why(
 def test_the_otlp_sender_sends_no_span_to_a_private_address(
     listener: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sender = otlp.Sender(f"http://[::ffff:127.0.0.1]:{listener.server_address[1]}/v1/traces")
-    with caplog.at_level(logging.WARNING, logger="tracing.otlp"):
-        assert sender.send({"resourceSpans": []}) is False
+    url = f"http://[::ffff:127.0.0.1]:{listener.server_address[1]}/v1/traces"
+    started = time.monotonic()
+    for protocol in ("http/protobuf", "http/json"):
+        sender = forwarding.span_exporter(url, protocol=protocol)
+        with caplog.at_level(logging.WARNING, logger="tracing.forwarding"):
+            assert sender.export(otlp.readable_spans([])) is SpanExportResult.FAILURE
+        assert sender.lost == 1
     assert "a loopback address" in caplog.text
-    assert sender.lost == 1
     assert listener.paths == []
+    assert time.monotonic() - started < 5  # refused at once: no retry for a refusal
 
 
 @pytest.mark.usefixtures("nothing_allowed")

@@ -26,13 +26,18 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from django.conf import settings as django_settings
 from django.test import Client
 from django.utils.html import escape
+from opentelemetry.trace import StatusCode
 
+from approvals import explain
 from approvals.models import ApprovalRequest, ToolKind
 from engine import mcp, registry, runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
+from tests.conftest import Traces
 from tests.factories import make_conversation, make_reviewer, make_user
 from tests.services import free_port
+from tracing import otlp
+from tracing.models import Span, Trace, TraceStatus
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -456,3 +461,102 @@ def test_a_pypi_servers_call_shows_the_servers_description_and_labelled_argument
     run = executed(run, "resume")
     assert run.status == RunStatus.COMPLETED, run.error
     assert run.final_output == "16:30 in Tokyo."
+
+
+def test_a_pypi_servers_error_is_a_failed_call_in_the_chat_and_the_trace(
+    settings: Any, submitted: list, traces: Traces
+) -> None:
+    """`isError`: mcp-server-time refuses a timezone that does not exist. The SDK passes the
+    content on as an ordinary answer; here the call reads as failed everywhere."""
+    wrong = [
+        function_call(
+            "convert_time",
+            {"source_timezone": "Mars/Olympus", "time": "09:30", "target_timezone": "UTC"},
+            call_id="call_convert_2",
+        )
+    ]
+    model = ScriptedModel([wrong, [assistant_message("Mars has no timezone I know.")]])
+    agent = Agent(name="Clock", model=model, mcp_servers=[pypi_time_server()])
+    run = executed(start(settings, agent, "9:30 on Mars?"))
+    assert run.status == RunStatus.WAITING, run.error
+    request = ApprovalRequest.objects.get(run=run)
+    runs.decide(request, make_reviewer(), runs.Decision.approve())
+    run = executed(run, "resume")
+    assert run.status == RunStatus.COMPLETED, run.error
+
+    # The model was told it failed (the server's words after the mark).
+    assert model.last_call is not None
+    [output] = [
+        item for item in model.last_call.input if item.get("type") == "function_call_output"
+    ]
+    said = json.dumps(output["output"])
+    assert "Tool error: " in said and "Mars/Olympus" in said
+    # The chat's note says so.
+    owner = run.conversation.owner
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/chats/{run.conversation.session_id}/").content.decode()
+    assert '<strong class="failed">failed:</strong>' in page
+    # The call's span is an error, and so the trace.
+    traces.flush()
+    [span] = Span.objects.filter(trace_id=run.trace_id, span_type="function", error__isnull=False)
+    assert span.error["message"] == mcp.MCP_ERROR
+    assert span.error["data"] == {"server": "time", "tool": "convert_time", "isError": True}
+    assert Trace.objects.get(trace_id=run.trace_id).status == TraceStatus.ERROR
+    # As OpenTelemetry has it: an error span.
+    [exported] = otlp.readable_spans([span])
+    assert exported.status.status_code is StatusCode.ERROR
+    assert exported.name == "execute_tool convert_time"
+
+
+def test_a_deployment_declares_risk_facts_and_edits_for_a_servers_tool(
+    settings: Any, submitted: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "_server_reviews", {})
+    server = pypi_time_server()
+    model = ScriptedModel([CONVERT, [assistant_message("Done.")]])
+    agent = Agent(name="Clock", model=model, mcp_servers=[server])
+    asked: list[dict[str, Any]] = []
+
+    def facts(calls: Any) -> list[list[Any]]:
+        asked.extend(arguments for arguments, _user in calls)
+        return [[("Meeting", "the Tokyo stand-up", True)] for _ in calls]
+
+    registry.review(server, tool_name="convert_time", risk="low", facts=facts)
+    run = executed(start(settings, agent, "9:30 in Paris is what in Tokyo?"))
+    request = ApprovalRequest.objects.get(run=run)
+    explain.attach([request], with_facts=True)
+    explained = explain.for_request(request)
+    assert (explained.risk, explained.risk_declared) == ("low", True)
+    assert [(f.label, f.value, f.warning) for f in explained.facts or []] == [
+        ("Meeting", "the Tokyo stand-up", True)
+    ]
+    assert asked == [request.arguments]
+    assert explained.editable
+    # An edit is checked against the schema the server listed...
+    reviewer = make_reviewer()
+    with pytest.raises(runs.InvalidDecision, match="do not fit the tool"):
+        runs.decide(request, reviewer, runs.Decision.edit({"time": 930}))
+    # ...and the server runs the edited call, once.
+    edited = {"source_timezone": "Europe/Paris", "time": "10:30", "target_timezone": "Asia/Tokyo"}
+    runs.decide(request, reviewer, runs.Decision.edit(edited))
+    run = executed(run, "resume")
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert model.last_call is not None
+    [output] = [i for i in model.last_call.input if i.get("type") == "function_call_output"]
+    said = json.dumps(output["output"])
+    assert "T10:30:00+01:00" in said and "T18:30:00+09:00" in said  # 10:30 in Paris, in Tokyo
+
+
+def test_a_servers_tool_declared_nothing_is_not_edited(settings: Any, submitted: list) -> None:
+    agent = Agent(
+        name="Clock",
+        model=ScriptedModel([CONVERT, [assistant_message("Done.")]]),
+        mcp_servers=[pypi_time_server()],
+    )
+    run = executed(start(settings, agent, "9:30 in Paris is what in Tokyo?"))
+    request = ApprovalRequest.objects.get(run=run)
+    explained = explain.for_request(request)
+    assert (explained.risk, explained.risk_declared, explained.editable) == ("high", False, False)
+    with pytest.raises(runs.InvalidDecision, match="can be edited only once the deployment"):
+        runs.decide(request, make_reviewer(), runs.Decision.edit({"time": "10:30"}))

@@ -26,9 +26,14 @@ from django.test import Client
 from django.urls import reverse
 from google.protobuf.json_format import Parse as parse_json
 from google.protobuf.json_format import ParseError
+from google.protobuf.message import DecodeError
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as ProtobufSpanExporter,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 
 from agentsite.settings import _otlp_endpoint
 from demo import model as demo_model
@@ -48,7 +53,7 @@ from tests.factories import (
 )
 from tests.services import free_port
 from tracing import exporter as exporter_module
-from tracing import otlp
+from tracing import forwarding, otlp
 from tracing.models import Span
 from tracing.recording import DECISION_SPAN_NAME
 
@@ -81,12 +86,21 @@ def parse_otlp(body: bytes) -> ExportTraceServiceRequest:
     return parse_json(json.dumps(hex_ids_to_base64(json.loads(body))), ExportTraceServiceRequest())
 
 
+def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
+    """A protobuf body as a receiver reads it: every byte a known field."""
+    request = ExportTraceServiceRequest.FromString(body)
+    if request.SerializeToString() != body:
+        raise ValueError("fields the schema does not define")
+    return request
+
+
 @dataclass
 class Receiver:
     url: str
     answer: list[int] = field(default_factory=lambda: [200])  # status codes, the last repeats
     bodies: list[bytes] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
     parsed: list[ExportTraceServiceRequest] = field(default_factory=list)
 
     def spans(self) -> list[OtlpSpan]:
@@ -101,8 +115,9 @@ class Receiver:
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    """An OTLP/HTTP receiver on 127.0.0.1: POST /v1/traces with application/json, parsed with
-    the protobuf schema -> 200 `{}` (or what `answer` says), a bad request -> 400."""
+    """An OTLP/HTTP receiver on 127.0.0.1: POST /v1/traces with application/x-protobuf or
+    application/json, parsed with OpenTelemetry's protobuf schema -> 200 `{}` (or what
+    `answer` says), a bad request -> 400, another content type -> 415 (as Phoenix)."""
     server: ThreadingHTTPServer
     state = Receiver(url="")
 
@@ -116,10 +131,15 @@ def receiver() -> Iterator[Receiver]:
                 try:
                     if self.path != "/v1/traces":
                         raise ValueError(f"no such path {self.path}")
-                    if self.headers.get("Content-Type") != "application/json":
-                        raise ValueError("not JSON")
-                    state.parsed.append(parse_otlp(body))
-                except (ValueError, ParseError) as refused:
+                    kind = self.headers.get("Content-Type")
+                    state.types.append(kind or "")
+                    if kind == "application/x-protobuf":
+                        state.parsed.append(parse_protobuf(body))
+                    elif kind == "application/json":
+                        state.parsed.append(parse_otlp(body))
+                    else:
+                        return self._answer(415, json.dumps({"message": f"Unsupported {kind}"}))
+                except (ValueError, ParseError, DecodeError) as refused:
                     return self._answer(400, json.dumps({"message": str(refused)}))
             self._answer(code, "{}")
 
@@ -141,10 +161,8 @@ def receiver() -> Iterator[Receiver]:
     server.server_close()
 
 
-def post(url: str, body: bytes) -> int:
-    request = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
+def post(url: str, body: bytes, kind: str = "application/json") -> int:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": kind}, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return int(answer.status)
@@ -217,21 +235,29 @@ def test_the_otlp_export_of_a_demo_trace_is_accepted_and_round_trips_its_ids(
     traces.flush()
     client.force_login(make_viewer())
 
-    url = reverse("trace_export_otlp", args=[run.trace_id])
-    assert url == f"/traces/{run.trace_id}.otlp.json"
+    url = reverse("trace_export_otlp_protobuf", args=[run.trace_id])
+    assert url == f"/traces/{run.trace_id}.otlp.pb"
     response = client.get(url)
     assert response.status_code == 200
-    assert response["Content-Type"] == "application/json"
-    assert response["Content-Disposition"] == (f'attachment; filename="{run.trace_id}.otlp.json"')
-    assert post(receiver.url, response.content) == 200
+    assert response["Content-Type"] == "application/x-protobuf"
+    assert response["Content-Disposition"] == (f'attachment; filename="{run.trace_id}.otlp.pb"')
+    assert post(receiver.url, response.content, "application/x-protobuf") == 200
+    # The same request in OTLP/JSON: a receiver reads the same spans from it.
+    as_json = client.get(reverse("trace_export_otlp", args=[run.trace_id]))
+    assert as_json["Content-Type"] == "application/json"
+    assert as_json["Content-Disposition"] == (f'attachment; filename="{run.trace_id}.otlp.json"')
+    assert post(receiver.url, as_json.content) == 200
+    assert receiver.parsed[0] == receiver.parsed[1]
+    receiver.parsed.pop()
 
     [request] = receiver.parsed
     [resource] = request.resource_spans
-    assert {"service.name": "agentsite"}.items() <= {
+    assert {"service.name": "agentsite", "openinference.project.name": "agentsite"}.items() <= {
         a.key: a.value.string_value for a in resource.resource.attributes
     }.items()
     [scope] = resource.scope_spans
     assert scope.scope.name == "agentsite" and scope.scope.version
+    assert scope.schema_url == otlp.SEMCONV
     rows = {span.span_id: span for span in Span.objects.filter(trace_id=run.trace_id)}
     got = receiver.spans()
     assert len(got) == len(rows) > 5
@@ -264,6 +290,46 @@ def test_the_otlp_export_of_a_demo_trace_is_accepted_and_round_trips_its_ids(
         assert values["gen_ai.usage.input_tokens"] == row.input_tokens > 0
         assert values["gen_ai.usage.output_tokens"] == row.output_tokens > 0
         assert values["gen_ai.usage.cache_read.input_tokens"] == row.cached_tokens
+        assert values["openinference.span.kind"] == "LLM"
+        assert values["llm.token_count.prompt"] == row.input_tokens
+        # Its messages, as the conventions' JSON: the user's words first, the model's answer.
+        given = json.loads(values["gen_ai.input.messages"])
+        assert given[0] == {
+            "role": "user",
+            "parts": [{"type": "text", "content": row.span_data["input"][1]["content"]}],
+        }
+        assert row.span_data["input"][0]["role"] == "system"
+        assert json.loads(values["gen_ai.system_instructions"]) == [
+            {"type": "text", "content": row.span_data["input"][0]["content"]}
+        ]
+        assert json.loads(values["input.value"])["messages"][1]["role"] == "user"
+        assert values["llm.input_messages.0.message.role"] == "system"
+        assert values["llm.input_messages.1.message.role"] == "user"
+        answered = json.loads(values["gen_ai.output.messages"])
+        assert [message["role"] for message in answered] == ["assistant"]
+        assert answered[-1]["finish_reason"] in ("stop", "tool_call")
+    # The first call asked for lookup_order; the last said the refund was made.
+    first, last = sorted(chats, key=lambda span: span.start_time_unix_nano)[:: len(chats) - 1]
+    [call] = json.loads(attrs(first)["gen_ai.output.messages"])[0]["parts"]
+    assert call == {
+        "type": "tool_call",
+        "id": call["id"],
+        "name": "lookup_order",
+        "arguments": {"order_id": 7},
+    }
+    assert json.loads(attrs(first)["gen_ai.output.messages"])[0]["finish_reason"] == "tool_call"
+    said = json.loads(attrs(last)["gen_ai.output.messages"])[0]
+    assert said["parts"][0]["content"].startswith("I refunded $20.00")
+    assert said["finish_reason"] == "stop"
+    assert json.loads(attrs(last)["gen_ai.system_instructions"])[0]["type"] == "text"
+    told = [m["role"] for m in json.loads(attrs(last)["gen_ai.input.messages"])]
+    assert told[0] == "user" and "tool" in told and "assistant" in told
+    # Every span has a kind a viewer understands: none is left UNKNOWN.
+    kinds = {span.name.split(" ")[0]: attrs(span)["openinference.span.kind"] for span in got}
+    assert kinds["invoke_agent"] == "AGENT" and kinds["execute_tool"] == "TOOL"
+    assert kinds["chat"] == "LLM"
+    assert set(kinds.values()) <= {"AGENT", "TOOL", "LLM", "CHAIN", "GUARDRAIL"}
+    assert "GUARDRAIL" in kinds.values()
     agents = {attrs(s)["gen_ai.agent.name"]: s for s in got if s.name.startswith("invoke_agent")}
     assert set(agents) == {"Support desk", "Billing"}
     assert all(attrs(s)["gen_ai.operation.name"] == "invoke_agent" for s in agents.values())
@@ -285,42 +351,69 @@ def test_the_otlp_export_of_a_demo_trace_is_accepted_and_round_trips_its_ids(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("decision", "outcome", "failed"),
+    [
+        (runs.Decision.approve(), "approved", False),
+        (runs.Decision.reject("Not this one"), "rejected", True),
+        (runs.Decision.respond("Cancelled by hand"), "answered by the reviewer", False),
+    ],
+    ids=["approve", "reject", "respond"],
+)
 def test_a_real_approval_is_exported_with_its_decision(
-    client: Client, traces: Traces, demo: None, receiver: Receiver
+    client: Client,
+    traces: Traces,
+    demo: None,
+    receiver: Receiver,
+    decision: runs.Decision,
+    outcome: str,
+    failed: bool,
 ) -> None:
     owner = customer_for("cancel order 42")
     conversation = make_conversation(owner=owner, agent_name="support")
     run = runs.start_run(conversation, "cancel order 42", owner)
     asyncio.run(runs.execute(run.pk))
-    traces.flush()  # stored before the reviewer decides, as a second later in production
-    runs.decide(run.approval_requests.get(), make_reviewer("rita"), runs.Decision.approve())
+    request = run.approval_requests.get()
+    assert request.agent_span_id  # the agent span that asked, known at the pause
+    runs.decide(request, make_reviewer("rita"), decision)
     asyncio.run(runs.resume(run.pk))
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED, run.error
     traces.flush()
     client.force_login(make_viewer())
 
-    body = client.get(reverse("trace_export_otlp", args=[run.trace_id])).content
-    assert post(receiver.url, body) == 200
+    body = client.get(reverse("trace_export_otlp_protobuf", args=[run.trace_id])).content
+    assert post(receiver.url, body, "application/x-protobuf") == 200
     got = receiver.spans()
     assert len(got) == Span.objects.filter(trace_id=run.trace_id).count()
-    [decision] = [span for span in got if span.name == DECISION_SPAN_NAME]
-    assert {
-        key: value for key, value in attrs(decision).items() if key.startswith("agentsite.")
-    } == {
-        "agentsite.approval.decision": "approve",
-        "agentsite.approval.reviewer": "rita",
-        "agentsite.approval.tool": "cancel_order",
-        "agentsite.approval.always": False,
-    }
     by_id = {span.span_id: span for span in got}
-    assert by_id[decision.parent_span_id].name == "invoke_agent Support desk"
+    # The decision: its own kind, under the agent span that asked (decided before the
+    # exporter stored that span: it was known at the pause).
+    [review] = [span for span in got if span.name == "review cancel_order"]
+    assert attrs(review)["openinference.span.kind"] == "EVALUATOR"
+    assert attrs(review)["agentsite.approval.reviewer"] == "rita"
+    assert attrs(review)["agentsite.approval.waited_seconds"] >= 0
+    assert by_id[review.parent_span_id].name == "invoke_agent Support desk"
+    assert attrs(by_id[review.parent_span_id])["agents.span_id"] == request.agent_span_id
+    # The call: its span at the pause did not run, and says what became of it.
+    [waited] = [span for span in got if span.name == "await_approval cancel_order"]
+    assert attrs(waited)["openinference.span.kind"] == "CHAIN"
+    assert attrs(waited)["agentsite.tool.outcome"] == outcome
+    error = waited.status.STATUS_CODE_ERROR
+    assert (waited.status.code == error) is failed
+    assert (review.status.code == error) is failed
+    if failed:
+        assert waited.status.message == "the call was rejected, not run"
+    ran = [span for span in got if span.name == "execute_tool cancel_order"]
+    if outcome == "approved":  # one call: the one that ran
+        [tool] = ran
+        assert attrs(tool)["openinference.span.kind"] == "TOOL"
+        assert "cancelled" in attrs(tool)["gen_ai.tool.call.result"]
+    else:
+        assert ran == []
     # Paused, then resumed: one root span per part, both with the run and its outcome.
     roots = [span for span in got if not span.parent_span_id]
     assert len(roots) == 2
-    assert {attrs(root)["agentsite.outcome"] for root in roots} == {"approved"}
-    tools = [span for span in got if span.name == "execute_tool cancel_order"]
-    assert any("cancel" in attrs(span).get("gen_ai.tool.call.result", "") for span in tools)
 
 
 def test_approval_decisions_errors_and_foreign_ids_are_exported(
@@ -416,12 +509,15 @@ def test_ids_are_the_sdks_own_hex_or_a_stable_digest() -> None:
         assert otlp.span_id_hex(odd).strip("0") and otlp.trace_id_hex(odd).strip("0")
         assert len(otlp.span_id_hex(odd)) == 16 and len(otlp.trace_id_hex(odd)) == 32
     assert otlp.span_id_hex("custom") == otlp.span_id_hex("custom") != otlp.span_id_hex("other")
-    assert otlp.any_value(True) == {"boolValue": True}
-    assert otlp.any_value(2**40) == {"intValue": str(2**40)}
-    assert otlp.any_value(0.5) == {"doubleValue": 0.5}
-    assert otlp.any_value("x" * 40_000)["stringValue"].endswith("…")
-    assert len(otlp.any_value("x" * 40_000)["stringValue"]) == otlp.ATTRIBUTE_CHARS
-    assert otlp.unix_nanos(datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)) == str(
+    assert otlp.attribute(True) is True
+    assert otlp.attribute(2**40) == 2**40
+    assert otlp.attribute(float("nan")) == "nan"
+    assert otlp.attribute({"a": 1}) == '{"a": 1}'
+    assert otlp.attribute(["a", 1]) == '["a", 1]'  # a list of mixed types: its JSON
+    assert otlp.attribute("x" * 40_000).endswith("…")
+    assert len(otlp.attribute("x" * 40_000)) == otlp.ATTRIBUTE_CHARS
+    assert otlp.attribute("") is None
+    assert otlp.unix_nanos(datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)) == (
         1767323045678901000
     )
 
@@ -436,6 +532,9 @@ def fresh_install(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[No
     monkeypatch.setattr(exporter_module, "_installed", None)
     monkeypatch.setattr(exporter_module, "_forwarding", None)
     monkeypatch.setattr(exporter_module.atexit, "register", lambda *a, **k: None)
+    monkeypatch.setattr(forwarding.atexit, "register", lambda *a, **k: None)
+    monkeypatch.setattr(forwarding.atexit, "unregister", lambda *a, **k: None)
+    forwarding.reset()
     set_trace_processors([])
     yield
     installed = [exporter_module.installed(), exporter_module.forwarding()]
@@ -443,12 +542,16 @@ def fresh_install(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[No
     for processor in installed:
         if processor is not None:
             processor.shutdown()
+    forwarding.reset()
 
 
 def flush() -> None:
     for processor in (exporter_module.installed(), exporter_module.forwarding()):
         assert processor is not None
         processor.force_flush()
+    sending = forwarding.current()
+    assert sending is not None
+    assert sending.flush(30)
 
 
 def test_the_setting_adds_a_forwarding_processor_beside_ours(
@@ -465,53 +568,104 @@ def test_the_setting_adds_a_forwarding_processor_beside_ours(
     settings.AGENTSITE_OTLP_SERVICE_NAME = "shop-agents"
     set_trace_processors([default_processor()])
     ours = exporter_module.install()
-    forwarding = exporter_module.forwarding()
+    processor = exporter_module.forwarding()
     registered = exporter_module.get_trace_provider()._multi_processor._processors  # type: ignore[attr-defined]
-    assert registered == (ours, forwarding)  # the OpenAI uploader left, no key
-    assert forwarding is not None and forwarding is not ours
-    forwarder = forwarding._exporter
+    assert registered == (ours, processor)  # the OpenAI uploader left, no key
+    assert processor is not None and processor is not ours
+    forwarder = processor._exporter
     assert isinstance(forwarder, exporter_module.OtlpExporter)
-    assert forwarder.sender.endpoint == receiver.url
-    assert forwarder.sender.headers["authorization"] == "Bearer t0ken"
-    assert forwarder.service_name == "shop-agents"
+    assert forwarder.project == "shop-agents"
+    # OpenTelemetry's own exporter, protobuf by default, behind its batch processor.
+    sending = forwarder.forwarding
+    assert isinstance(sending.processor, BatchSpanProcessor)
+    assert isinstance(sending.forwarder.exporter, ProtobufSpanExporter)
+    assert sending.forwarder.shown == receiver.url
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
 def test_the_forwarding_exporter_delivers_a_real_runs_spans_masked(
     fresh_install: None,
     settings: Any,
     demo: None,
     receiver: Receiver,
     monkeypatch: pytest.MonkeyPatch,
+    protocol: str,
 ) -> None:
     settings.AGENTSITE_OTLP_ENDPOINT = receiver.url
     settings.AGENTSITE_OTLP_HEADERS = {"authorization": "Bearer t0ken"}
+    settings.AGENTSITE_OTLP_PROTOCOL = protocol
+    settings.AGENTSITE_OTLP_SERVICE_NAME = "shop-agents"
     exporter_module.install()
     run = run_demo(monkeypatch, "Refund order 7 please, write to bob.smith@example.com")
     flush()
 
+    assert set(receiver.types) == {
+        "application/x-protobuf" if protocol == "http/protobuf" else "application/json"
+    }
     rows = set(Span.objects.filter(trace_id=run.trace_id).values_list("span_id", flat=True))
     got = [span for span in receiver.spans() if attrs(span)["agents.trace_id"] == run.trace_id]
     assert len(rows) > 5
     assert {attrs(span)["agents.span_id"] for span in got} == rows
     assert {span.trace_id.hex() for span in got} == {run.trace_id.removeprefix("trace_")}
     assert all(headers["authorization"] == "Bearer t0ken" for headers in receiver.headers)
+    resource = {
+        a.key: a.value.string_value
+        for a in receiver.parsed[0].resource_spans[0].resource.attributes
+    }
+    assert resource["service.name"] == resource["openinference.project.name"] == "shop-agents"
     # Masked as the database holds it: the address never left the site.
     sent = b"".join(receiver.bodies)
     assert b"bob.smith@example.com" not in sent
     assert b"[email]" in sent
     chats = [span for span in got if span.name == "chat offline-demo"]
     assert chats and all(attrs(span)["gen_ai.usage.input_tokens"] > 0 for span in chats)
+    assert all("gen_ai.input.messages" in attrs(span) for span in chats)
     # The trace item came first: its conversation is on every span.
     assert {attrs(span)["gen_ai.conversation.id"] for span in got} == {run.conversation.session_id}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_decision_is_forwarded_live_under_the_agent_that_asked(
+    fresh_install: None, settings: Any, demo: None, receiver: Receiver
+) -> None:
+    settings.AGENTSITE_OTLP_ENDPOINT = receiver.url
+    exporter_module.install()
+    owner = customer_for("cancel order 42")
+    conversation = make_conversation(owner=owner, agent_name="support")
+    run = runs.start_run(conversation, "cancel order 42", owner)
+    asyncio.run(runs.execute(run.pk))
+    flush()
+    paused = {span.name: span for span in receiver.spans()}
+    # At the pause: the call waits; it is no tool call (yet).
+    assert "await_approval cancel_order" in paused
+    assert "execute_tool cancel_order" not in paused
+    assert attrs(paused["await_approval cancel_order"])["agentsite.tool.outcome"] == (
+        "awaiting approval"
+    )
+    request = run.approval_requests.get()
+    edited = {"order_id": 43}
+    runs.decide(request, make_reviewer("rita"), runs.Decision.edit(edited))
+    forwarding_now = forwarding.current()
+    assert forwarding_now is not None and forwarding_now.flush(30)
+    [review] = [span for span in receiver.spans() if span.name == "review cancel_order"]
+    values = attrs(review)
+    assert values["openinference.span.kind"] == "EVALUATOR"
+    assert values["agentsite.approval.decision"] == "edit and approve"
+    assert values["agentsite.approval.reviewer"] == "rita"
+    assert values["agentsite.approval.changed"] == ["order_id"]
+    assert values["agentsite.approval.waited_seconds"] >= 0
+    agent = paused["invoke_agent Support desk"]
+    assert review.parent_span_id == agent.span_id and review.trace_id == agent.trace_id
 
 
 def test_forwarding_honours_the_sensitive_data_setting(settings: Any, receiver: Receiver) -> None:
     settings.AGENTSITE_TRACE_SENSITIVE_DATA = False
     settings.AGENTSITE_TRACE_BATCH_DELAY = 3600.0
-    processor = exporter_module.make_processor(
-        exporter_module.OtlpExporter(otlp.Sender(receiver.url))
+    sending = forwarding.Forwarding(
+        forwarding.span_exporter(receiver.url), queue=100, delay=3600.0, batch=100
     )
+    processor = exporter_module.make_processor(exporter_module.OtlpExporter(sending))
     set_trace_processors([processor])
     try:
         with (
@@ -524,9 +678,11 @@ def test_forwarding_honours_the_sensitive_data_setting(settings: Any, receiver: 
         ):
             pass
         processor.force_flush()
+        assert sending.flush(30)
     finally:
         set_trace_processors([])
         processor.shutdown()
+        sending.shutdown()
     [span] = receiver.spans()
     assert span.name == "execute_tool lookup_order"
     assert not {"gen_ai.tool.call.arguments", "gen_ai.tool.call.result"} & set(attrs(span))
@@ -535,7 +691,7 @@ def test_forwarding_honours_the_sensitive_data_setting(settings: Any, receiver: 
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("collector", ["down", "500"])
+@pytest.mark.parametrize("collector", ["down", "500", "redirect"])
 def test_a_collector_that_is_down_or_fails_costs_the_run_nothing_and_is_logged(
     fresh_install: None,
     settings: Any,
@@ -547,71 +703,77 @@ def test_a_collector_that_is_down_or_fails_costs_the_run_nothing_and_is_logged(
 ) -> None:
     if collector == "down":
         settings.AGENTSITE_OTLP_ENDPOINT = f"http://127.0.0.1:{free_port()}/v1/traces"
+        settings.AGENTSITE_OTLP_TIMEOUT = 0.5
     else:
         settings.AGENTSITE_OTLP_ENDPOINT = receiver.url
-        receiver.answer = [500]
+        receiver.answer = [500 if collector == "500" else 307]
     exporter_module.install()
-    with caplog.at_level(logging.WARNING, logger="tracing.otlp"):
+    with caplog.at_level(logging.WARNING, logger="tracing.forwarding"):
         run = run_demo(monkeypatch, "Refund order 7 please")
         flush()
     assert run.status == RunStatus.COMPLETED
     assert Span.objects.filter(trace_id=run.trace_id).count() > 5  # stored all the same
-    warnings = [r for r in caplog.records if r.name == "tracing.otlp"]
+    warnings = [r for r in caplog.records if r.name == "tracing.forwarding"]
     assert len(warnings) == 1
     assert "spans were not delivered to" in warnings[0].getMessage()
     if collector == "500":
         assert "HTTP 500" in warnings[0].getMessage()
         assert len(receiver.bodies) == 1  # a 500 is final in OTLP: not retried
-    forwarding = exporter_module.forwarding()
-    assert forwarding is not None
-    forwarder = forwarding._exporter
-    assert isinstance(forwarder, exporter_module.OtlpExporter)
-    assert forwarder.stats.failures == 1 and forwarder.stats.spans == 0
+    if collector == "redirect":
+        assert "HTTP 307: a redirect, not followed" in warnings[0].getMessage()
+        assert len(receiver.bodies) == 1
+    sending = forwarding.current()
+    assert sending is not None
+    assert sending.forwarder.lost == 1 and sending.forwarder.delivered == 0
 
 
 def test_a_burst_of_failures_is_logged_once_and_retryable_answers_are_retried(
     receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    payload: dict[str, Any] = {"resourceSpans": []}
     now = [0.0]
-    sender = otlp.Sender(receiver.url, timeout=5, backoff=0.01, clock=lambda: now[0])
-    receiver.answer = [503, 503, 503, 503, 200]
-    with caplog.at_level(logging.DEBUG, logger="tracing.otlp"):
-        assert sender.send(payload) is False  # 503 thrice: retried twice, then given up
+    sender = forwarding.span_exporter(receiver.url, timeout=5, clock=lambda: now[0])
+    spans = otlp.readable_spans([make_span(make_trace(), "custom", "x", span_data={})])
+    receiver.answer = [503, 503, 200]
+    with caplog.at_level(logging.DEBUG, logger="tracing.forwarding"):
+        # 503, then Retry-After-less backoff: OpenTelemetry's client retries (1 s, 2 s...).
+        assert sender.export(spans) is SpanExportResult.SUCCESS
         assert len(receiver.bodies) == 3
+        receiver.answer = [400]
+        assert sender.export(spans) is SpanExportResult.FAILURE  # final: not retried
+        assert len(receiver.bodies) == 4
         now[0] = 0.5
-        assert sender.send(payload) is False  # paused for a second: dropped, no POST
-        assert len(receiver.bodies) == 3
+        assert sender.export(spans) is SpanExportResult.FAILURE  # paused for a second: no POST
+        assert len(receiver.bodies) == 4
         now[0] = 1.5
-        assert sender.send(payload) is False  # one probe, 503: paused for 2 s now
-        assert len(receiver.bodies) == 4
+        assert sender.export(spans) is SpanExportResult.FAILURE  # one probe, 400: paused 2 s
+        assert len(receiver.bodies) == 5
         now[0] = 3.0
-        assert sender.send(payload) is False
-        assert len(receiver.bodies) == 4
+        assert sender.export(spans) is SpanExportResult.FAILURE
+        assert len(receiver.bodies) == 5
+        receiver.answer = [200]
         now[0] = 3.6
-        assert sender.send(payload) is True  # the probe is delivered
-    assert len(receiver.bodies) == 5
+        assert sender.export(spans) is SpanExportResult.SUCCESS  # the probe is delivered
+    assert len(receiver.bodies) == 6
     warnings = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "tracing.otlp" and r.levelno == logging.WARNING
+        if r.name == "tracing.forwarding" and r.levelno == logging.WARNING
     ]
     assert len(warnings) == 2
-    assert "HTTP 503" in warnings[0] and "spans reach" in warnings[1]
+    assert "HTTP 400" in warnings[0] and "spans reach" in warnings[1]
     assert "4 batch(es) lost" in warnings[1]
-    assert sender.lost == 4 and sender.delivered == 1
-
-    receiver.answer = [429, 200]  # delivering again: retried at once
-    assert sender.send(payload) is True
-    assert len(receiver.bodies) == 7
+    assert sender.lost == 4 and sender.delivered == 2
 
 
 def test_a_sender_never_raises_and_logs_no_credentials(caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()
-    sender = otlp.Sender(f"http://user:s3cret@127.0.0.1:{port}/v1/traces?token=s3cret", retries=0)
-    with caplog.at_level(logging.WARNING, logger="tracing.otlp"):
-        assert sender.send({"resourceSpans": []}) is False
-        assert sender.send({"not": {"json", "able"}}) is False
+    sender = forwarding.span_exporter(
+        f"http://user:s3cret@127.0.0.1:{port}/v1/traces?token=s3cret", timeout=0.5
+    )
+    spans = otlp.readable_spans([make_span(make_trace(), "custom", "x", span_data={})])
+    with caplog.at_level(logging.WARNING):
+        assert sender.export(spans) is SpanExportResult.FAILURE
+        assert sender.export(["not a span"]) is SpanExportResult.FAILURE
     assert f"http://127.0.0.1:{port}/v1/traces (could not connect" in caplog.text
     assert "s3cret" not in caplog.text
 

@@ -153,11 +153,14 @@ def test_a_paused_then_approved_run_is_one_trace_with_its_decision(traces: Trace
     assert span.span_type == "custom"
     assert span.parent_id == root_agent.span_id
     assert span.started_at == span.ended_at == decision.created
+    waited = (decision.created - request.created).total_seconds()
+    assert 0.3 <= span.data["waited_seconds"] == round(waited, 3)
     assert span.data == {
         "reviewer": "rita",
         "decision": "approve",
         "message": "",
         "always": False,
+        "waited_seconds": span.data["waited_seconds"],
         "tool": "cancel_order",
         "call_id": request.call_id,
         "arguments_hash": request.arguments_hash,
