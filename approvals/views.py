@@ -195,9 +195,10 @@ def _latest_decision(approval: ApprovalRequest) -> ApprovalDecision | None:
 
 def arguments_form(approval: ApprovalRequest, data: Any = None) -> ArgumentsForm | None:
     """The form to edit the call's arguments before approving, prefilled with the model's;
-    None when they cannot be edited (not a function tool's call, the tool's author forbids
-    it, the tool is gone, or the stored arguments were changed outside agentsite)."""
-    sheet = registry.tool_sheet(approval.run.agent_name, approval.agent_name, approval.tool_name)
+    None when they cannot be edited (not a function tool's call or a declared MCP server
+    tool's, the tool's author forbids it, the tool is gone, or the stored arguments were
+    changed outside agentsite)."""
+    sheet = registry.request_sheet(approval.run.agent_name, approval)
     if runs.edit_refusal(approval, sheet):
         return None
     return ArgumentsForm(sheet, approval.arguments, data=data)

@@ -56,7 +56,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from tracing.recording import DECISION_SPAN_NAME
+from tracing.rows import DECISION_SPAN_NAME
 
 logger = logging.getLogger(__name__)
 

@@ -19,15 +19,12 @@ from django.utils import timezone
 from agentsite.db.sql import columns
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
 from engine.models import AgentRun, RunStatus
-from tracing import redaction
+from tracing import forwarding, otlp, redaction
 from tracing.models import Span, TraceOutcome, TraceStatus, trace_status
+from tracing.rows import DECISION_SPAN_NAME, FAILURE_SPAN_NAME, STOP_SPAN_NAME
 from tracing.sql import new_trace, statements
 
 logger = logging.getLogger(__name__)
-
-DECISION_SPAN_NAME = "approval decision"
-STOP_SPAN_NAME = "stopped by the user"
-FAILURE_SPAN_NAME = "run failed"
 
 
 def follow_run(run: AgentRun | int, status: str | None = None) -> None:
@@ -189,8 +186,6 @@ def _forward(span: Span) -> None:
     """The decision, once stored, to the OTLP forwarding (when on): live, as the SDK's spans
     are. Never raises (logged)."""
     try:
-        from tracing import forwarding, otlp  # noqa: PLC0415 (otlp reads this module's names)
-
         if forwarding.from_settings() is None:
             return
         forwarding.hand(otlp.readable_spans([span], project=settings.AGENTSITE_OTLP_SERVICE_NAME))

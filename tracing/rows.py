@@ -68,6 +68,12 @@ def with_response_model(item: Any, exported: dict[str, Any]) -> dict[str, Any]:
     return {**exported, "span_data": {**data, "model": model}}
 
 
+# The spans the engine writes into a run's trace itself (`tracing.recording`), by name.
+DECISION_SPAN_NAME = "approval decision"
+STOP_SPAN_NAME = "stopped by the user"
+FAILURE_SPAN_NAME = "run failed"
+
+
 def with_waiting_mark(exported: dict[str, Any]) -> dict[str, Any]:
     """A tool span of a call that paused for a reviewer (`tracing.calls`) marked
     `awaiting_approval`: the SDK's span says nothing of it, and it did not run."""

@@ -462,8 +462,9 @@ def test_the_api_gives_kind_and_server_and_decides_each_kind(
     )
     assert edited.status_code == 422
     assert edited.json() == {
-        "detail": "Only a function tool's arguments can be edited, and this call is for a "
-        "tool of another kind (MCP server tool): approve or reject it as it is.",
+        "detail": "The arguments of cancel_order, a tool of the MCP server “warehouse”, can be "
+        "edited only once the deployment declares the tool (review(server, tool_name=...)): "
+        "approve or reject the call as it is.",
         "code": "invalid_decision",
     }
     assert each_kind["mcp"].decisions.count() == 0
@@ -722,7 +723,7 @@ def test_the_engine_refuses_an_edit_of_a_call_that_is_not_a_function_tools(
     request = make_request(kind=ToolKind.MCP, server="orders", tool_name="cancel_order")
     before = request.arguments
 
-    with pytest.raises(runs.InvalidDecision, match="Only a function tool's arguments"):
+    with pytest.raises(runs.InvalidDecision, match="edited only once the deployment declares"):
         runs.decide(request, make_reviewer(), runs.Decision.edit({"order_id": 7}))
     request.refresh_from_db()
     assert request.status == ApprovalStatus.PENDING and request.arguments == before

@@ -169,9 +169,12 @@ def test_whether_a_call_may_be_edited_is_one_rule() -> None:
 
     mcp = make_request(kind=ToolKind.MCP, server="warehouse")
     assert runs.edit_refusal(mcp) == (
-        "Only a function tool's arguments can be edited, and this call is for a tool of "
-        "another kind (MCP server tool): approve or reject it as it is."
+        "The arguments of cancel_order, a tool of the MCP server “warehouse”, can be edited "
+        "only once the deployment declares the tool (review(server, tool_name=...)): approve "
+        "or reject the call as it is."
     )
+    shell = make_request(kind=ToolKind.SHELL)
+    assert runs.edit_refusal(shell).startswith("Only a function tool's arguments can be edited")
     tampered = make_request()
     ApprovalRequest.objects.filter(pk=tampered.pk).update(arguments={"order_id": 43})
     assert "changed outside agentsite" in runs.edit_refusal(
