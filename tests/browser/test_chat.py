@@ -170,6 +170,25 @@ MARKDOWN_REPLY = (
 )
 
 
+# An element's text contrast against the first opaque background behind it (WCAG 2 ratio).
+CONTRAST = """element => {
+  const rgb = text => text.match(/[0-9.]+/g).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = c => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  let node = element, back = null;
+  while (node && !back) {
+    const color = rgb(getComputedStyle(node).backgroundColor);
+    if (color.length < 4 || color[3] > 0) back = color;
+    node = node.parentElement;
+  }
+  back = back || [255, 255, 255];
+  const [a, b] = [lum(rgb(getComputedStyle(element).color)), lum(back)];
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}"""
+
+
 def test_screenshots_of_a_chat_with_markdown_and_a_paused_call(
     live_site: Any, page: Any, browser: Any, alice: Any, screenshots: Path
 ) -> None:
@@ -189,6 +208,17 @@ def test_screenshots_of_a_chat_with_markdown_and_a_paused_call(
             "output": "Order 7 for Chen Wei: Noise-cancelling headphones, $89.00, shipped.",
         },
         {
+            "type": "function_call",
+            "call_id": "call_shot_2",
+            "name": "convert_time",
+            "arguments": '{"source_timezone": "Mars/Olympus", "time": "09:30"}',
+        },
+        {
+            "type": "function_call_output",
+            "call_id": "call_shot_2",
+            "output": "Tool error: Invalid timezone: 'No time zone found with key Mars/Olympus'",
+        },
+        {
             "type": "message",
             "role": "assistant",
             "content": [{"type": "output_text", "text": MARKDOWN_REPLY}],
@@ -198,6 +228,15 @@ def test_screenshots_of_a_chat_with_markdown_and_a_paused_call(
     Conversation.objects.filter(pk=conversation.pk).update(title="Order 7 and a cancellation")
     page.goto(url)
     wait_until_live(page)
+
+    # A call that failed says so, readably (WCAG AA contrast against its background).
+    failed = page.locator(".note-tool .failed")
+    expect(failed).to_have_count(1)
+    expect(failed).to_have_text("failed:")
+    expect(page.locator(".note-tool").filter(has=page.locator(".failed"))).to_contain_text(
+        "Invalid timezone: 'No time zone found with key Mars/Olympus'"
+    )
+    assert failed.evaluate(CONTRAST) >= 4.5
 
     say(page, "Please cancel order 42, I ordered it twice.")
     expect(page.get_by_text(WAITING)).to_be_visible()
