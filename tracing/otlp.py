@@ -463,6 +463,8 @@ def _messages(items: Sequence[Any]) -> tuple[list[dict[str, Any]], list[dict[str
                         "parts": [{**response, "response": _text(item.get("content"))}],
                     }
                 )
+            elif parts and role == "assistant" and messages and messages[-1]["role"] == role:
+                messages[-1]["parts"].extend(parts)  # one answer's items: one message
             elif parts:
                 messages.append({"role": role or "user", "parts": parts})
     return system, messages

@@ -19,6 +19,7 @@ from tracing import calls, redaction
 # again, because the SDK lets some through (a rejection message in a function span's output).
 SENSITIVE_FIELDS: dict[str, tuple[str, ...]] = {
     "generation": ("input", "output"),
+    "response": ("input", "output"),
     "function": ("input", "output"),
     "transcription": ("input", "output"),
     "speech": ("input", "output"),
@@ -56,16 +57,48 @@ class SpanInsert(NamedTuple):
 
 
 def with_response_model(item: Any, exported: dict[str, Any]) -> dict[str, Any]:
-    """A response span (the Responses API) exports its response's id and usage but not the
-    model that wrote it, which a generation span names: take it from the response the span
-    holds (the SDK keeps it when the trace includes data)."""
+    """A response span (the Responses API) exports its response's id and usage but neither
+    the model that wrote it nor its messages, which a generation span has: take them from
+    what the span holds (the SDK keeps the input and the response only when the trace
+    includes data): the model, the input (the response's instructions first, as a system
+    message, as a generation span's input has them) and the response's output items."""
     data = exported.get("span_data")
-    if not isinstance(data, dict) or data.get("type") != "response" or data.get("model"):
+    if not isinstance(data, dict) or data.get("type") != "response":
         return exported
-    model = getattr(getattr(getattr(item, "span_data", None), "response", None), "model", None)
-    if not isinstance(model, str) or not model:
+    span_data = getattr(item, "span_data", None)
+    response = getattr(span_data, "response", None)
+    if response is None:
         return exported
-    return {**exported, "span_data": {**data, "model": model}}
+    added: dict[str, Any] = {}
+    model = getattr(response, "model", None)
+    if not data.get("model") and isinstance(model, str) and model:
+        added["model"] = model
+    given = getattr(span_data, "input", None)
+    if given is not None and data.get("input") is None:
+        items = [{"role": "user", "content": given}] if isinstance(given, str) else given
+        instructions = getattr(response, "instructions", None)
+        system = (
+            [{"role": "system", "content": instructions}]
+            if isinstance(instructions, str) and instructions
+            else []
+        )
+        added["input"] = system + [_plain(each) for each in items or []]
+    output = getattr(response, "output", None)
+    if output and data.get("output") is None:
+        added["output"] = [_plain(each) for each in output]
+    return {**exported, "span_data": {**data, **added}} if added else exported
+
+
+def _plain(value: Any) -> Any:
+    """An SDK item as plain JSON-able data (a pydantic model dumped, its unset fields left
+    out, as the SDK exports a generation's items)."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_unset=True)
+    if isinstance(value, dict):
+        return {key: _plain(each) for key, each in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(each) for each in value]
+    return value
 
 
 # The spans the engine writes into a run's trace itself (`tracing.recording`), by name.

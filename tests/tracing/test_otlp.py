@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from agents import function_span, set_trace_processors, trace
+from agents.tracing import ResponseSpanData, get_trace_provider
 from agents.tracing.processors import default_processor
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
@@ -27,6 +28,12 @@ from django.urls import reverse
 from google.protobuf.json_format import Parse as parse_json
 from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
+from openai.types.responses import (
+    Response,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as ProtobufSpanExporter,
 )
@@ -807,3 +814,86 @@ def test_the_site_refuses_to_start_with_a_malformed_endpoint() -> None:
         AGENTSITE_OTLP_HEADERS="authorization=Bearer x,foo=bar",
     )
     assert started.returncode == 0, started.stderr
+
+
+# --- a Responses API model's calls ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sensitive", [True, False])
+def test_a_responses_models_call_keeps_its_messages_for_the_viewer_and_otlp(
+    settings: Any, sensitive: bool
+) -> None:
+    """The SDK's response span exports only the response's id and usage; what it holds (the
+    input and the response) is what a viewer shows of the call."""
+    settings.AGENTSITE_TRACE_SENSITIVE_DATA = sensitive
+    response = Response.model_construct(
+        id="resp_1",
+        model="gpt-4.1-2025-04-14",
+        instructions="Be brief. Write to bob.smith@example.com only.",
+        output=[
+            ResponseFunctionToolCall(
+                type="function_call",
+                call_id="call_9",
+                name="lookup_order",
+                arguments='{"order_id": 7}',
+            ),
+            ResponseOutputMessage(
+                id="msg_1",
+                type="message",
+                role="assistant",
+                status="completed",
+                content=[ResponseOutputText(type="output_text", text="Looking.", annotations=[])],
+            ),
+        ],
+    )
+    provider = get_trace_provider()
+    sdk_trace = provider.create_trace("responses", trace_id=None, group_id="conv_r")
+    sdk_trace.start()
+    span = provider.create_span(
+        ResponseSpanData(
+            response=response,
+            input=[{"role": "user", "content": "Where is order 7?"}],
+            usage={"input_tokens": 30, "output_tokens": 9},
+        ),
+        parent=sdk_trace,
+    )
+    span.start()
+    span.finish()
+    sdk_trace.finish()
+    exporter_module.DatabaseExporter().export([sdk_trace, span])
+
+    row = Span.objects.get(trace_id=sdk_trace.trace_id, span_type="response")
+    assert row.model == "gpt-4.1-2025-04-14"
+    [otel] = otlp.readable_spans([row])
+    values = dict(otel.attributes or {})
+    assert values["openinference.span.kind"] == "LLM"
+    assert otel.name == "chat gpt-4.1-2025-04-14"
+    if not sensitive:
+        assert row.span_data.get("input") is None and row.span_data.get("output") is None
+        assert not any(key.startswith(("gen_ai.input", "gen_ai.output")) for key in values)
+        return
+    assert row.span_data["input"][0] == {
+        "role": "system",
+        "content": "Be brief. Write to [email] only.",  # masked as stored
+    }
+    assert json.loads(str(values["gen_ai.system_instructions"])) == [
+        {"type": "text", "content": "Be brief. Write to [email] only."}
+    ]
+    assert json.loads(str(values["gen_ai.input.messages"])) == [
+        {"role": "user", "parts": [{"type": "text", "content": "Where is order 7?"}]}
+    ]
+    assert json.loads(str(values["gen_ai.output.messages"])) == [
+        {
+            "role": "assistant",
+            "parts": [
+                {
+                    "type": "tool_call",
+                    "id": "call_9",
+                    "name": "lookup_order",
+                    "arguments": {"order_id": 7},
+                },
+                {"type": "text", "content": "Looking."},
+            ],
+            "finish_reason": "tool_call",
+        }
+    ]
