@@ -6,9 +6,13 @@ checks. `docs/deploy.md` is linked from the README and the map, and the files it
 
 from __future__ import annotations
 
+import getpass
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from cryptography.fernet import Fernet
 
 from tests.agentsite.test_settings import variables_read
@@ -110,3 +114,50 @@ def test_the_deploy_guide_is_linked_and_names_files_that_exist() -> None:
         "## The ASGI server",
     ):
         assert heading in guide, heading
+
+
+# --- the systemd units ------------------------------------------------------------------------
+
+UNITS = ROOT / "deploy" / "systemd"
+
+
+@pytest.mark.parametrize("unit", ["agentsite-web@.service", "agentsite-worker@.service"])
+def test_each_systemd_unit_verifies_and_starts_at_boot(unit: str, tmp_path: Path) -> None:
+    """`systemd-analyze verify` (systemd's own checker) finds nothing to say of each unit, an
+    instance of it as `systemctl enable` makes one, with the paths of this checkout standing
+    in for /srv/agentsite; each starts at boot, after the network and the services it needs."""
+    text = (UNITS / unit).read_text()
+    sections = re.findall(r"^\[(\w+)\]$", text, re.MULTILINE)
+    assert sections == ["Unit", "Service", "Install"]
+    assert "WantedBy=multi-user.target" in text
+    assert "After=network-online.target postgresql.service redis-server.service" in text
+    assert "EnvironmentFile=/etc/agentsite/agentsite.env" in text
+    environment = tmp_path / "agentsite.env"
+    environment.write_text("DEBUG=0\n")
+    here = (
+        text.replace("/srv/agentsite/.venv/bin/python", sys.executable)
+        .replace("/srv/agentsite", str(ROOT))
+        .replace("/etc/agentsite/agentsite.env", str(environment))
+        .replace("User=agentsite", f"User={getpass.getuser()}")
+    )
+    instance = tmp_path / unit.replace("@.", "@8001.")
+    instance.write_text(here)
+    verified = subprocess.run(
+        ["systemd-analyze", "verify", str(instance)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert verified.returncode == 0, verified.stderr
+    said = [line for line in verified.stderr.splitlines() if str(instance) in line]
+    assert said == [], verified.stderr
+
+
+def test_the_guide_installs_the_units_it_ships() -> None:
+    guide = DEPLOY_DOC.read_text()
+    assert "deploy/systemd/agentsite-web@.service" in guide
+    assert "deploy/systemd/agentsite-worker@.service" in guide
+    assert "systemctl daemon-reload" in guide
+    # No unit is written out in the guide any more: the files are the one copy.
+    assert "[Service]" not in guide
