@@ -23,8 +23,10 @@ from api import limits, schemas
 from api.auth import BearerToken, Caller, Forbidden, Unauthorized, require_scope
 from approvals import explain
 from approvals.models import FILTER_COLUMNS, ApprovalDecision, ApprovalRequest, ToolKind
+from common import formatting
 from conversations import actions
 from conversations.models import Conversation
+from conversations.rendering import TITLE_CHARS
 from engine import permissions, policies, registry, runs
 from engine.models import AgentRun
 
@@ -465,12 +467,13 @@ def read_run(request: HttpRequest, run_id: Id) -> dict[str, Any]:
     tags=["runs"],
 )
 def list_conversations(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
-    rows = Conversation.objects.owned_by(_caller(request).user)
+    rows = Conversation.objects.owned_by(_caller(request).user).with_first_message()
     listed, next_cursor = _page(rows, page.cursor, page.limit)
     items = [
         {
             "id": c.session_id,
-            "title": c.title,
+            # As the chats list shows it: its title, else its first message's words.
+            "title": c.title or formatting.preview(c.first_words, TITLE_CHARS),
             "agent": c.agent_name or registry.default_agent_name(),
             "created": c.created,
             "updated": c.updated,

@@ -22,7 +22,7 @@ from django.db import models
 from django.utils import timezone
 
 from agentsite.db.faithful import FaithfulJSONField
-from conversations.items import structure
+from conversations.items import is_user_message, structure
 
 MAIN_BRANCH = "main"
 BRANCH_ID_MAX_LENGTH = 100
@@ -39,6 +39,20 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
     def started_since(self, user: Any, since: Any) -> ConversationQuerySet:
         """The conversations `user` opened from `since` on: what the rate limit counts."""
         return self.filter(owner=user, created__gte=since)
+
+    def with_first_message(self) -> ConversationQuerySet:
+        """Each with `first_message`: the payload of the first user message of the version it
+        is on (None before one), what a list shows of a conversation without a title."""
+        first = (
+            SessionItem.objects.filter(
+                conversation=models.OuterRef("pk"),
+                branch=models.OuterRef("current_branch"),
+                payload__role="user",
+            )
+            .order_by("id")
+            .values("payload")[:1]
+        )
+        return self.annotate(first_message=models.Subquery(first, output_field=models.JSONField()))
 
 
 class BusyWith(StrEnum):
@@ -92,6 +106,13 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or self.session_id
+
+    @property
+    def first_words(self) -> str:
+        """Its first message's text (`with_first_message`), "" when none is known."""
+        first: Any = getattr(self, "first_message", None)
+        text = first.get("content") if is_user_message(first) and first else None
+        return text if isinstance(text, str) else ""
 
     def lock(self) -> str:
         """Lock the conversation's row for the rest of the transaction (sends, edits and

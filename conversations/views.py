@@ -19,7 +19,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import BadRequest, RequestDataTooBig
 from django.core.paginator import Paginator
-from django.db import DatabaseError, models
+from django.db import DatabaseError
 from django.db.models import Exists, OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
@@ -44,8 +44,7 @@ from conversations.forms import (
     RenameForm,
     SwitchForm,
 )
-from conversations.items import is_user_message
-from conversations.models import Branch, Conversation, SessionItem, branch_label
+from conversations.models import Branch, Conversation, branch_label
 from conversations.rendering import (
     HISTORY_ITEMS_SHOWN,
     History,
@@ -172,14 +171,6 @@ def chats(request: HttpRequest) -> HttpResponse:
 
 
 def _chats_page(request: HttpRequest, status: int = 200) -> HttpResponse:
-    # The first message of the version each conversation is on.
-    first_message = (
-        SessionItem.objects.filter(
-            conversation=OuterRef("pk"), branch=OuterRef("current_branch"), payload__role="user"
-        )
-        .order_by("id")
-        .values("payload")[:1]
-    )
     latest_status = (
         AgentRun.objects.filter(conversation=OuterRef("pk"))
         .order_by("-created", "-pk")
@@ -187,10 +178,8 @@ def _chats_page(request: HttpRequest, status: int = 200) -> HttpResponse:
     )
     conversations = (
         Conversation.objects.owned_by(request.user)
-        .annotate(
-            first_message=Subquery(first_message, output_field=models.JSONField()),
-            latest_status=Subquery(latest_status),
-        )
+        .with_first_message()
+        .annotate(latest_status=Subquery(latest_status))
         .order_by("-updated", "-pk")
     )
     page = Paginator(conversations, CONVERSATIONS_PER_PAGE).get_page(request.GET.get("page"))
@@ -213,12 +202,11 @@ class _ChatRow:
 
     @classmethod
     def of(cls, conversation: Conversation) -> _ChatRow:
-        first: Any = getattr(conversation, "first_message", None)
-        text = first.get("content") if is_user_message(first) else None
+        text = conversation.first_words
         status = str(getattr(conversation, "latest_status", None) or "")
         return cls(
             conversation=conversation,
-            preview=formatting.preview(text, PREVIEW_CHARS) if isinstance(text, str) else "",
+            preview=formatting.preview(text, PREVIEW_CHARS) if text else "",
             activity=formatting.ago(conversation.updated, detailed=True),
             status=status,
             state=LIST_STATES.get(status, ""),

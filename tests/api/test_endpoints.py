@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from api.models import ApiToken, Scope
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
+from conversations.models import SessionItem
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
@@ -433,3 +434,24 @@ def test_an_answer_as_the_tool_never_runs_it(client: Client, settings: Any) -> N
     asyncio.run(runs.resume(run.pk))
     assert scripted.EXECUTED == []
     assert AgentRun.objects.get(pk=run.pk).status == RunStatus.COMPLETED
+
+
+def test_the_conversations_list_titles_each_as_the_chats_list_does(client: Client) -> None:
+    """A conversation the owner never named reads as its first message, as on the chats
+    page (it read "" before); a named one by its name; an empty one ""."""
+    alice = make_user(username="alice")
+    secret = token_for(alice)
+    named = make_conversation(owner=alice, title="Order 42")
+    talked = make_conversation(owner=alice)
+    SessionItem.objects.create(
+        conversation=talked, payload={"role": "user", "content": "Where is order 7? " * 10}
+    )
+    SessionItem.objects.create(
+        conversation=talked, payload={"role": "user", "content": "And order 8?"}
+    )
+    empty = make_conversation(owner=alice)
+    listed = {c["id"]: c["title"] for c in get(client, "/conversations", secret).json()["items"]}
+    assert listed[named.session_id] == "Order 42"
+    assert listed[talked.session_id].startswith("Where is order 7? Where is order 7?")
+    assert len(listed[talked.session_id]) <= 80
+    assert listed[empty.session_id] == ""
