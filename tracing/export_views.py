@@ -89,7 +89,8 @@ def export_chunk(
 
 
 def tools_of(trace_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """The tools each trace called, in order, with their arguments and output (one query)."""
+    """The tools each trace called, in order, with their arguments and output (one query);
+    a call that paused for a reviewer once, where it ran (its span at the pause is left out)."""
     tools: dict[str, list[dict[str, Any]]] = {}
     calls = (
         Span.objects.filter(trace_id__in=trace_ids, span_type="function")
@@ -98,6 +99,8 @@ def tools_of(trace_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     )
     for trace_id, name, data in calls:
         data = data if isinstance(data, dict) else {}
+        if data.get("awaiting_approval"):
+            continue  # the call paused here; it ran (or not) later: `approvals` says how
         tools.setdefault(str(trace_id), []).append(
             {
                 "name": data.get("name") or name,

@@ -67,6 +67,7 @@ from tracing.rows import (
     trace_agent,
     trace_row,
     with_response_model,
+    with_tool_output,
     with_waiting_mark,
 )
 from tracing.sql import new_trace, statements
@@ -144,7 +145,8 @@ class DatabaseExporter(TracingExporter):
                     if run_id is not None:
                         batch.run_ids[trace.trace_id] = run_id
                 else:
-                    exported = with_waiting_mark(with_response_model(item, exported))
+                    exported = with_response_model(item, exported)
+                    exported = with_waiting_mark(with_tool_output(item, exported))
                     span = span_row(exported, cleaner=cleaner, sensitive=sensitive)
                     batch.spans[span.span_id] = span
             except Exception as exc:

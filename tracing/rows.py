@@ -10,6 +10,7 @@ tokens, for its cost (`tracing.pricing`).
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeGuard
 
@@ -87,6 +88,25 @@ def with_response_model(item: Any, exported: dict[str, Any]) -> dict[str, Any]:
     if output and data.get("output") is None:
         added["output"] = [_plain(each) for each in output]
     return {**exported, "span_data": {**data, **added}} if added else exported
+
+
+def with_tool_output(item: Any, exported: dict[str, Any]) -> dict[str, Any]:
+    """A function span's output as text: the SDK exports `str()` of it, a Python repr for a
+    structured output (an MCP tool's `{'type': 'text', 'text': ...}`); its text parts are
+    taken instead (joined), anything else as JSON."""
+    data = exported.get("span_data")
+    if not isinstance(data, dict) or data.get("type") != "function":
+        return exported
+    output = getattr(getattr(item, "span_data", None), "output", None)
+    if not isinstance(output, dict | list) or not output:
+        return exported
+    parts = output if isinstance(output, list) else [output]
+    texts = [p.get("text") for p in parts if isinstance(p, dict) and p.get("type") == "text"]
+    if len(texts) == len(parts) and all(isinstance(text, str) for text in texts):
+        shown = "\n".join(str(text) for text in texts)
+    else:
+        shown = json.dumps(_plain(output), ensure_ascii=False, default=str)
+    return {**exported, "span_data": {**data, "output": shown}}
 
 
 def _plain(value: Any) -> Any:

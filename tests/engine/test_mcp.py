@@ -500,6 +500,8 @@ def test_a_pypi_servers_error_is_a_failed_call_in_the_chat_and_the_trace(
     # The call's span is an error, and so the trace.
     traces.flush()
     [span] = Span.objects.filter(trace_id=run.trace_id, span_type="function", error__isnull=False)
+    # Its output as the server's text, not a Python repr of the SDK's structure.
+    assert span.span_data["output"].startswith("Tool error: Error executing tool convert_time")
     assert span.error["message"] == mcp.MCP_ERROR
     assert span.error["data"] == {"server": "time", "tool": "convert_time", "isError": True}
     assert Trace.objects.get(trace_id=run.trace_id).status == TraceStatus.ERROR

@@ -19,11 +19,14 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from approvals.models import DecisionKind
+from engine import runs
 from engine.models import RunStatus
 from tests.conftest import Traces
 from tests.factories import (
     T0,
+    customer_for,
     grant,
+    make_conversation,
     make_decision,
     make_request,
     make_reviewer,
@@ -573,3 +576,22 @@ def test_an_empty_selection_or_a_bad_filter_is_a_400(client: Client, olga: Any) 
     assert client.get(reverse("trace_export_jsonl"), {"outcome": "x"}).status_code == 400
     too_many = {"trace": [f"trace_{n}" for n in range(1001)]}
     assert client.get(reverse("trace_export_jsonl"), too_many).status_code == 400
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_export_lists_a_call_that_paused_once_where_it_ran(
+    client: Client, traces: Traces, demo: None
+) -> None:
+    """The SDK's span of a call at its pause (no output) is not a second call."""
+    owner = customer_for("cancel order 42")
+    conversation = make_conversation(owner=owner, agent_name="support")
+    run = runs.start_run(conversation, "cancel order 42", owner)
+    asyncio.run(runs.execute(run.pk))
+    runs.decide(run.approval_requests.get(), make_reviewer("rita"), runs.Decision.approve())
+    asyncio.run(runs.resume(run.pk))
+    traces.flush()
+    client.force_login(make_viewer())
+    [line] = read_lines(client.get(reverse("trace_export_jsonl"), {"trace": run.trace_id}))
+    assert [tool["name"] for tool in line["tools"]] == ["cancel_order"]
+    assert "is now cancelled" in line["tools"][0]["output"]
+    assert [a["decision"] for a in line["approvals"]] == ["approved"]
