@@ -73,6 +73,7 @@ class HistoryFilterForm(InboxFilterForm):
         ("rejected", "Rejected"),
         ("responded", "Answered as the tool"),
         ("expired", "Expired"),
+        ("withdrawn", "Withdrawn by its user"),
         ("policy", "Decided by a policy"),
     ]
 
@@ -94,12 +95,19 @@ class HistoryFilterForm(InboxFilterForm):
         if decision == "approved":
             q &= Q(approved=True)
         elif decision == "rejected":
-            # An answer as the tool is no rejection: the reviewer gave the call its result.
-            q &= Q(approved=False) & ~expired & ~Q(kind=DecisionKind.RESPONDED)
+            # An answer as the tool is no rejection: the reviewer gave the call its result;
+            # nor is the user's taking the request back.
+            q &= (
+                Q(approved=False)
+                & ~expired
+                & ~Q(kind__in=[DecisionKind.RESPONDED, DecisionKind.WITHDRAWN])
+            )
         elif decision == "responded":
             q &= Q(kind=DecisionKind.RESPONDED)
         elif decision == "expired":
             q &= expired
+        elif decision == "withdrawn":
+            q &= Q(kind=DecisionKind.WITHDRAWN)
         elif decision == "policy":
             q &= Q(reviewer__isnull=True) & ~Q(policy_name="")
         return q

@@ -14,9 +14,8 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Permission
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
@@ -41,7 +40,7 @@ from conversations.items import format_call
 from conversations.rendering import review_lines
 from conversations.session import open_session
 from engine import registry, runs
-from engine.permissions import DECIDE_PERMISSION, allowed_only, is_reviewer
+from engine.permissions import allowed_only, is_reviewer
 
 PENDING_LIMIT = 100
 HISTORY_PAGE_SIZE = 50
@@ -494,16 +493,12 @@ def _risk_counts(listed: list[ApprovalRequest]) -> list[tuple[str, int]]:
 
 
 def _reviewer_names() -> list[str]:
-    permission = Permission.objects.filter(
-        content_type__app_label=DECIDE_PERMISSION.split(".")[0],
-        codename=DECIDE_PERMISSION.split(".")[1],
-    )
-    users = get_user_model().objects.filter(
-        Q(is_superuser=True)
-        | Q(user_permissions__in=permission)
-        | Q(groups__permissions__in=permission)
-    )
-    return list(users.order_by("username").values_list("username", flat=True).distinct()[:500])
+    """Who decided something (the filter's suggestions): reviewers, and the users who took a
+    request of theirs back; not people who may decide but never did. One index probe per
+    user (`decision_reviewer_created`)."""
+    decided = ApprovalDecision.objects.filter(reviewer=OuterRef("pk"))
+    users = get_user_model().objects.filter(Exists(decided))
+    return list(users.order_by("username").values_list("username", flat=True)[:500])
 
 
 @require_GET

@@ -565,6 +565,7 @@ def test_history_pages_walk_an_index_newest_first_without_sorting(
             q["sql"]
             for q in captured.captured_queries
             if 'FROM "approvals_approvaldecision"' in q["sql"]
+            and not q["sql"].startswith('SELECT "auth_user"')  # the reviewer suggestions
             and re.search(r"ORDER BY .* LIMIT \d+", q["sql"])
         ]
         plan = explain(listing)
@@ -622,3 +623,28 @@ def test_the_pages_read_the_database_a_bounded_number_of_times(
     with django_assert_max_num_queries(12):
         html = text(client.get(reverse("inbox_history")))
     assert html.count('id="decision-row-') == 50
+
+
+def test_history_tells_a_withdrawal_from_a_rejection_and_suggests_who_decided(
+    client: Client, rita: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("idle")  # may decide, never did
+    rejected = make_request(tool_name="issue_refund")
+    runs.decide(rejected, rita, runs.Decision.reject("no"))
+    run = make_run(owner=alice)
+    withdrawn = make_request(run=run, tool_name="cancel_order")
+    runs.withdraw(withdrawn, alice)
+
+    def rows(**query: str) -> set[int]:
+        html = text(client.get(reverse("inbox_history"), query))
+        return {r.pk for r in (rejected, withdrawn) if f"/inbox/{r.pk}/" in html}
+
+    assert rows(decision="rejected") == {rejected.pk}
+    assert rows(decision="withdrawn") == {withdrawn.pk}
+    assert rows(reviewer="alice") == {withdrawn.pk}
+    html = text(client.get(reverse("inbox_history")))
+    assert '<option value="withdrawn">Withdrawn by its user</option>' in html
+    reviewer_select = html.split('id="filter-reviewer"')[1].split("</select>")[0]
+    suggested = set(re.findall(r'<option value="([^"]+)"', reviewer_select))
+    assert {"rita", "alice"} <= suggested and "idle" not in suggested
