@@ -68,8 +68,10 @@ def _run_row(run: AgentRun | int, status: str | None) -> Mapping[str, Any] | Non
 
 
 # A finished run's outcome by the decisions on its calls, the first that applies: a request
-# that expired, a call rejected (or answered by a reviewer instead of run), a call approved.
+# its user took back (the run then went on, the call rejected), one that expired, a call
+# rejected (or answered by a reviewer instead of run), a call approved.
 _DECIDED_OUTCOMES = (
+    (TraceOutcome.WITHDRAWN, (DecisionKind.WITHDRAWN,)),
     (TraceOutcome.EXPIRED, (DecisionKind.EXPIRED, DecisionKind.EXPIRY_APPROVED)),
     (TraceOutcome.REJECTED, (DecisionKind.REJECTED, DecisionKind.RESPONDED)),
     (TraceOutcome.APPROVED, (DecisionKind.APPROVED, DecisionKind.EDITED)),

@@ -54,6 +54,13 @@ def test_a_run_without_approvals_completes_with_no_query_for_decisions(
         ),
         ([DecisionKind.REJECTED, DecisionKind.EXPIRED], TraceOutcome.EXPIRED, None),
         ([DecisionKind.EDITED], TraceOutcome.APPROVED, None),
+        # The user took the request back; the run went on with the call rejected.
+        (
+            [DecisionKind.WITHDRAWN],
+            TraceOutcome.WITHDRAWN,
+            "cancel_order: withdrawn by rita: not today",
+        ),
+        ([DecisionKind.APPROVED, DecisionKind.WITHDRAWN], TraceOutcome.WITHDRAWN, None),
     ],
 )
 def test_a_completed_runs_outcome_is_what_its_decisions_did(
