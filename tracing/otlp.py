@@ -56,6 +56,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from tracing.messages import Message, conversation
 from tracing.rows import DECISION_SPAN_NAME
 
 logger = logging.getLogger(__name__)
@@ -377,8 +378,8 @@ def messages_attributes(given: Any, answered: Any) -> dict[str, Any]:
     with a role and typed parts; and as OpenInference's `input.value`, `output.value` and
     `llm.{input,output}_messages.<i>.message.{role,content}`. From the SDK's items (chat or
     Responses shape), as stored: nothing when the site stores no inputs and outputs."""
-    system, inputs = _messages(_items(given))
-    _, outputs = _messages(_items(answered))
+    system, inputs = _messages(given)
+    _, outputs = _messages(answered)
     if outputs:
         calls = any(part.get("type") == "tool_call" for m in outputs for part in m["parts"])
         outputs[-1]["finish_reason"] = "tool_call" if calls else "stop"
@@ -407,95 +408,44 @@ def _json_or_none(value: list[Any]) -> str | None:
     return _json(value) if value else None
 
 
-def _items(value: Any) -> list[Any]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return [{"role": "user", "content": value}] if value else []
-    if isinstance(value, dict):
-        return [value]
-    return value if isinstance(value, list) else []
-
-
-def _messages(items: Sequence[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(system instruction parts, messages) of the SDK's items."""
+def _messages(items: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(system instruction parts, messages) of the SDK's items, in either shape, read as the
+    span panel reads them (`tracing.messages.conversation`): an answer's text and tool calls
+    are one assistant message, each tool result one tool message."""
     system: list[dict[str, Any]] = []
-    messages: list[dict[str, Any]] = []
-    for item in items:
-        if not isinstance(item, dict):
+    found: list[dict[str, Any]] = []
+    for said in conversation(items):
+        part = _part(said)
+        if part is None:
             continue
-        kind = item.get("type")
-        if kind in ("function_call", "custom_tool_call"):
-            part = {
-                "type": "tool_call",
-                "id": _text(item.get("call_id")),
-                "name": _text(item.get("name")),
-                "arguments": _arguments(item.get("arguments", item.get("input"))),
-            }
-            if messages and messages[-1]["role"] == "assistant":
-                messages[-1]["parts"].append(part)
-            else:
-                messages.append({"role": "assistant", "parts": [part]})
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            response = {"type": "tool_call_response", "id": _text(item.get("call_id"))}
-            messages.append({"role": "tool", "parts": [{**response, "response": _output(item)}]})
-        elif "role" in item:
-            role = _text(item.get("role"))
-            parts = _parts(item.get("content"))
-            for call in item.get("tool_calls") or []:  # the chat completions shape
-                function = _mapping(_mapping(call).get("function"))
-                parts.append(
-                    {
-                        "type": "tool_call",
-                        "id": _text(_mapping(call).get("id")),
-                        "name": _text(function.get("name")),
-                        "arguments": _arguments(function.get("arguments")),
-                    }
-                )
-            if role in ("system", "developer"):
-                system.extend(parts)
-            elif role == "tool":
-                response = {"type": "tool_call_response", "id": _text(item.get("tool_call_id"))}
-                messages.append(
-                    {
-                        "role": "tool",
-                        "parts": [{**response, "response": _text(item.get("content"))}],
-                    }
-                )
-            elif parts and role == "assistant" and messages and messages[-1]["role"] == role:
-                messages[-1]["parts"].extend(parts)  # one answer's items: one message
-            elif parts:
-                messages.append({"role": role or "user", "parts": parts})
-    return system, messages
+        if said.role == "system":
+            system.append(part)
+        elif said.role == "assistant" and found and found[-1]["role"] == "assistant":
+            found[-1]["parts"].append(part)
+        else:
+            found.append({"role": said.role, "parts": [part]})
+    return system, found
 
 
-def _parts(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "content": content}] if content else []
-    parts: list[dict[str, Any]] = []
-    for piece in content if isinstance(content, list) else []:
-        piece = _mapping(piece)
-        text = piece.get("text", piece.get("refusal"))
-        if isinstance(text, str):
-            parts.append({"type": "text", "content": text})
-        elif piece:
-            parts.append({"type": _text(piece.get("type")) or "unknown", "content": _json(piece)})
-    return parts
+def _part(said: Message) -> dict[str, Any] | None:
+    """One message of the conversation as a part of the conventions' message."""
+    if said.kind == "tool_call":
+        arguments = _arguments(said.arguments)
+        return {"type": "tool_call", "id": said.call_id, "name": said.name, "arguments": arguments}
+    if said.kind == "tool_result":
+        return {"type": "tool_call_response", "id": said.call_id, "response": said.text}
+    if said.kind == "text":
+        return {"type": "text", "content": said.text} if said.text else None
+    kind = "reasoning" if said.kind == "reasoning" else said.name or "other"
+    return {"type": kind, "content": said.text}
 
 
-def _arguments(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _output(item: dict[str, Any]) -> str:
-    output = item.get("output")
-    return output if isinstance(output, str) else _json(output)
+def _arguments(value: str) -> Any:
+    """A call's arguments as JSON when they are (the panel's text is indented JSON)."""
+    try:
+        return json.loads(value) if value else {}
+    except ValueError:
+        return value
 
 
 def _flat(system: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, str]]:

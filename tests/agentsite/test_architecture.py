@@ -169,6 +169,7 @@ STORAGE = (
     "tracing.calls",
     "tracing.exporter",
     "tracing.forwarding",
+    "tracing.messages",
     "tracing.otlp",
     "tracing.recording",
     "tracing.redaction",
