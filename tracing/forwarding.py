@@ -270,7 +270,7 @@ class Forwarding:
         self.flush(timeout)
 
     def shutdown(self) -> None:
-        self.forwarder.transport.stopping = True
+        self.forwarder.transport.stopping = True  # before the queue's last export: no retries
         self.processor.shutdown()
 
 
@@ -326,10 +326,3 @@ def shown_endpoint(endpoint: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def hand(spans: Iterable[ReadableSpan]) -> None:
-    """Forward `spans` when forwarding is on (no-op otherwise)."""
-    forwarding = from_settings()
-    if forwarding is not None:
-        forwarding.hand(spans)

@@ -177,7 +177,8 @@ def record_decision(
                 },
             )
             columns(Span).insert(span)
-            transaction.on_commit(lambda: _forward(span))
+            if settings.AGENTSITE_OTLP_ENDPOINT:
+                transaction.on_commit(lambda: _forward(span))
     except Exception:
         logger.exception(
             "Tracing: the decision on request %s was not added to its trace", request.pk
@@ -188,9 +189,9 @@ def _forward(span: Span) -> None:
     """The decision, once stored, to the OTLP forwarding (when on): live, as the SDK's spans
     are. Never raises (logged)."""
     try:
-        if forwarding.from_settings() is None:
-            return
-        forwarding.hand(otlp.readable_spans([span], project=settings.AGENTSITE_OTLP_SERVICE_NAME))
+        sending = forwarding.from_settings()
+        if sending is not None:
+            sending.hand(otlp.readable_spans([span], project=settings.AGENTSITE_OTLP_SERVICE_NAME))
     except Exception:
         logger.exception("OpenTelemetry: a decision's span was not forwarded")
 
