@@ -283,15 +283,24 @@ def review(
     if on_expiry == "approve" and not allowed:
         raise ValueError("review(on_expiry='approve') with expiry_approval=False")
 
+    declared = Review(
+        level,
+        True,
+        tuple(money),
+        currency.upper(),
+        facts,
+        editable,
+        auto_approve,
+        on_expiry,
+        escalate_to.strip(),
+        allowed,
+    )
+
     def declare(target: _T) -> _T:
         if isinstance(target, MCPServer):
             if money:
                 raise ValueError("review(money=...) is not for a server's tools")
-            server = Review(
-                level, True, (), currency.upper(), facts, editable, auto_approve,
-                on_expiry, escalate_to.strip(), allowed,
-            )  # fmt: skip
-            _server_reviews[(target.name, tool_name or "")] = server
+            _server_reviews[(target.name, tool_name or "")] = declared
             return target
         if tool_name is not None:
             raise ValueError("review(tool_name=...) names a tool of an MCP server given first")
@@ -300,18 +309,6 @@ def review(
         unknown = [n for n in money if isinstance(properties, dict) and n not in properties]
         if unknown:
             raise ValueError(f"review(money=...) names arguments the tool has not: {unknown}")
-        declared = Review(
-            level,
-            True,
-            tuple(money),
-            currency.upper(),
-            facts,
-            editable,
-            auto_approve,
-            on_expiry,
-            escalate_to.strip(),
-            allowed,
-        )
         _reviews[id(target)] = (target, declared)
         return target
 
