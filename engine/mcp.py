@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from contextvars import ContextVar
 from typing import Any
@@ -260,6 +260,13 @@ class _Scope:
     def __init__(self) -> None:
         self.workers: dict[RunServer, _Worker] = {}
 
+    def listed(self) -> Iterator[tuple[RunServer, _Worker]]:
+        """The servers that connected and listed their tools, with their workers."""
+        for server, worker in self.workers.items():
+            ready = worker.ready
+            if ready.done() and not ready.cancelled() and ready.exception() is None:
+                yield server, worker
+
     async def open(self, server: RunServer) -> MCPServer:
         worker = self.workers.get(server)
         if worker is None:
@@ -316,9 +323,7 @@ def listing(*, schemas: bool = True) -> dict[str, list[dict[str, Any]]]:
     if scope is None:
         return {}
     listed: dict[str, list[dict[str, Any]]] = {}
-    for server, worker in scope.workers.items():
-        if not worker.ready.done() or worker.ready.cancelled() or worker.ready.exception():
-            continue
+    for server, worker in scope.listed():
         listed[server.key] = sorted(
             (
                 {
@@ -348,9 +353,7 @@ def descriptions() -> dict[str, dict[str, dict[str, Any]]]:
     if scope is None:
         return {}
     described: dict[str, dict[str, dict[str, Any]]] = {}
-    for worker in scope.workers.values():
-        if not worker.ready.done() or worker.ready.cancelled() or worker.ready.exception():
-            continue
+    for _, worker in scope.listed():
         tools = described.setdefault(str(worker.instance.name), {})
         for tool in worker.tools:
             schema = _input_schema(tool)
