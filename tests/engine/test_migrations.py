@@ -19,6 +19,7 @@ from conversations.session import DjangoSession
 from engine import runs
 from engine.models import AgentRun, RunStatus
 from tests.factories import cancellations, make_conversation, make_reviewer, make_user
+from tests.migrations import latest, migrate
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -41,19 +42,6 @@ def migrator() -> Iterator[MigrationExecutor]:
     # Back to the latest schema, for the tests after this one.
     latest()
     ContentType.objects.clear_cache()
-
-
-def migrate(targets: list[tuple[str, str | None]]) -> Any:
-    """Migrate to `targets`; the apps of the state there."""
-    executor = MigrationExecutor(connection)
-    executor.migrate(targets)
-    state = [target for target in targets if target[1] is not None]
-    return MigrationExecutor(connection).loader.project_state(state).apps
-
-
-def latest() -> None:
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def tables() -> set[str]:

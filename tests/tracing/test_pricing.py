@@ -12,6 +12,7 @@ import pytest
 from agents.tracing import GenerationSpanData, ResponseSpanData, get_trace_provider
 from django.apps import apps
 
+from tests.migrations import latest, migrate
 from tracing.exporter import DatabaseExporter
 from tracing.models import ModelPrice, Span, Trace
 from tracing.pricing import Cost, PriceBook, money, trace_costs, usage_rows
@@ -202,15 +203,7 @@ def test_trace_costs_sum_each_traces_calls_by_model_and_day() -> None:
 
 def test_model_calls_stored_before_their_usage_columns_get_them_from_their_data() -> None:
     """Migration 0006: a site upgraded with traces already stored sees their cost."""
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
-    before, after = (
-        [("tracing", "0005_list_and_dashboard_indexes")],
-        [("tracing", "0006_backfill_usage")],
-    )
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
+    migrate([("tracing", "0005_list_and_dashboard_indexes")])
     try:
         Trace.objects.create(trace_id="trace_old", metadata={"agent": "support"})
         usage = {
@@ -225,15 +218,9 @@ def test_model_calls_stored_before_their_usage_columns_get_them_from_their_data(
             span_data={"type": "generation", "model": "gpt-4.1-mini", "usage": usage},
         )
         Span.objects.create(span_id="span_fn", trace_id="trace_old", span_type="function")
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(after)
+        migrate([("tracing", "0006_backfill_usage")])
     finally:
-        # Back to the latest schema, for the tests after this one in this process: going back
-        # to tracing 0005 unapplied what depends on it (approvals' later migrations too).
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes())
+        latest()
     old = Span.objects.get(span_id="span_old")
     assert (old.model, old.input_tokens, old.cached_tokens, old.output_tokens, old.agent) == (
         "gpt-4.1-mini",

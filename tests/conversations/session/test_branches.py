@@ -23,6 +23,7 @@ from conversations.session import (
     open_session,
 )
 from tests.factories import user_message
+from tests.migrations import latest, migrate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -337,14 +338,9 @@ async def test_a_message_that_does_not_decrypt_is_left_out_of_turn_listings(
 
 
 def test_the_migration_places_items_stored_before_branches(settings: Any) -> None:
-    from django.db.migrations.executor import MigrationExecutor
-
     settings.AGENTSITE_SESSION_ENCRYPTION_KEY = Fernet.generate_key().decode()
-    before, after = [("conversations", "0003_faithful_json")], [("conversations", "0004_branches")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
+    old = migrate([("conversations", "0003_faithful_json")])
     try:
-        old = executor.loader.project_state(before).apps
         conversation = old.get_model("conversations", "Conversation").objects.create(
             session_id="old"
         )
@@ -365,13 +361,9 @@ def test_the_migration_places_items_stored_before_branches(settings: Any) -> Non
         for payload in rows:
             items.objects.create(conversation=conversation, payload=payload)
 
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(after)
+        migrate([("conversations", "0004_branches")])
     finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes())
+        latest()
 
     placed = list(
         SessionItem.objects.filter(conversation__session_id="old")

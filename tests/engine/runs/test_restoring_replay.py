@@ -14,6 +14,7 @@ from engine import runs
 from engine.models import AgentRun, ConsumedState, RunStatus
 from engine.runs import rows
 from tests.factories import cancellations, make_reviewer, outputs_for, pause_and_approve, pause_run
+from tests.migrations import latest, migrate
 
 CONSUMED = "/admin/engine/consumedstate/"
 
@@ -178,9 +179,7 @@ def test_pauses_consumed_before_the_migration_get_their_rows() -> None:
     try:
         _check_the_consumed_states_migration(connection, executor, before, after)
     finally:
-        # Back to the latest schema, for the tests after this one.
-        latest = MigrationExecutor(connection)
-        latest.migrate(latest.loader.graph.leaf_nodes())
+        latest()
 
 
 def _check_the_consumed_states_migration(
@@ -215,14 +214,9 @@ def _check_the_consumed_states_migration(
     failed_waiting = run(RunStatus.FAILED, 1, False)
     never_paused = run(RunStatus.COMPLETED, 0, False)
 
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(after)
+    migrate(after)
 
     rows = set(ConsumedState.objects.values_list("run_id", "pause"))
-    # The latest migrations again, for the tests that come after this one.
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    latest()  # for the tests that come after this one
     assert rows == {(completed, 1), (completed, 2), (waiting, 1), (failed_waiting, 1)}
     assert not any(run_id in (resuming, never_paused) for run_id, _ in rows)
