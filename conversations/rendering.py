@@ -165,7 +165,7 @@ def entries_for(items: Sequence[Any], turns: Sequence[int] | None = None) -> lis
                 entries.append(Entry("handoff", text=target))
                 continue
             failed = output is not None and session_items.failed_output(output)
-            if failed and output is not None and output.startswith(session_items.TOOL_ERROR_PREFIX):
+            if failed and output is not None:
                 output = output.removeprefix(session_items.TOOL_ERROR_PREFIX)
             shown = "" if output is None else formatting.preview(output, TOOL_OUTPUT_PREVIEW)
             entries.append(
