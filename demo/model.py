@@ -5,6 +5,10 @@ with a tool call or a short text, the way a real model would, but only ever call
 handoff it was given. Once the latest turn holds a tool result it answers with text, so it can
 never loop.
 
+Any agent's tools, not only the demo's, answer to an explicit instruction (`CALL`): `call
+<tool> {"argument": value, ...}` calls that tool of the agent with exactly those arguments,
+so a developer tries an agent of their own without a model key (docs/agents.md).
+
 Responses are built with the SDK's own test building blocks (`agents.testing.ScriptedModel`,
 `assistant_message`, `function_call`), so their shape and stream events are the SDK's; text is
 re-cut into one `response.output_text.delta` per word so that streaming looks like streaming.
@@ -31,6 +35,7 @@ from agents.tool import Tool
 from agents.tracing import generation_span
 from agents.usage import Usage
 from django.conf import settings
+from django.utils import timezone
 from openai.types.responses import (
     ResponseCompletedEvent,
     ResponseCreatedEvent,
@@ -87,6 +92,8 @@ ORDER_NUMBER = re.compile(r"\border\s*(?:number|no\.?|#)?\s*#?\s*(\d+)\b|#(\d+)\
 MONEY = re.compile(r"\$?\s*(\d+(?:\.\d{1,2})?)")
 # The warehouse's items ("5 grinders", "a kettle"): what its MCP server stocks.
 WAREHOUSE_ITEM = re.compile(r"\b(grinder|kettle|mug|filter)s?\b", re.IGNORECASE)
+# "call <tool> {json arguments}": the tool by its exact name, the arguments as given (none: {}).
+CALL = re.compile(r"^\s*call\s+([A-Za-z0-9_.-]+)\s*(.*?)\s*$", re.IGNORECASE | re.DOTALL)
 POLICY_QUESTION = re.compile(r"\bpolic(?:y|ies)\b|\bwarranty\b|\bhow long\b", re.IGNORECASE)
 MAX_QUOTE = 1200
 ORDER_TOOLS = {"lookup_order", "cancel_order", "issue_refund", "send_email"}
@@ -210,7 +217,7 @@ def make_step(
 ) -> ModelStep:
     """The whole response to one model call: the reply as an output item, with its usage."""
     items = _as_items(input)
-    reply = decide(items, [getattr(tool, "name", "") for tool in tools], handoffs)
+    reply = decide(items, tools, handoffs)
     if isinstance(reply, ToolCall):
         output = function_call(reply.name, reply.arguments, call_id=new_id("call"))
         produced = f"{reply.name} {json.dumps(reply.arguments)}"
@@ -244,14 +251,87 @@ def count_tokens(text: str) -> int:
 
 
 def decide(
-    items: list[dict[str, Any]], tool_names: Sequence[str], handoffs: Sequence[Handoff]
+    items: list[dict[str, Any]], tools: Sequence[Tool], handoffs: Sequence[Handoff]
 ) -> Reply:
     """The reply to a conversation, given the tools and handoffs the agent has."""
+    tool_names = [getattr(tool, "name", "") for tool in tools]
     latest = _latest_turn(items)
     result = _last_tool_result(latest, items)
     if result is not None:
         return Say(_about_result(*result, tool_names))
-    return _answer(_latest_user_text(items), set(tool_names), handoffs)
+    text = _latest_user_text(items)
+    instruction = CALL.match(text)
+    if instruction is not None:
+        return _explicit_call(instruction.group(1), instruction.group(2), tools, handoffs)
+    reply = _answer(text, set(tool_names), handoffs)
+    if isinstance(reply, Say) and _others(tools):
+        # An agent with tools the phrases above do not know: say how to call them.
+        reply = Say(f"{reply.text.rstrip()} {_how_to_call(tools)}")
+    return reply
+
+
+def _explicit_call(
+    name: str, given: str, tools: Sequence[Tool], handoffs: Sequence[Handoff]
+) -> Reply:
+    """`call <name> <given>`: the agent's tool `name` with the JSON object `given` ("": none),
+    or why not."""
+    callable_names = [getattr(tool, "name", "") for tool in tools] + [
+        handoff.tool_name for handoff in handoffs
+    ]
+    if name not in callable_names:
+        offered = _join([f"“{each}”" for each in callable_names if each], "or")
+        return Say(
+            f"This agent has no tool named “{name}”."
+            + (f" Its tools: {offered}." if offered else " It has no tools.")
+        )
+    try:
+        arguments = json.loads(given) if given else {}
+    except json.JSONDecodeError as error:
+        return Say(
+            f"The arguments for {name} are not valid JSON ({error.msg}, at character "
+            f"{error.pos + 1}). Write them as an object, like {_example_call(name, tools)}."
+        )
+    if not isinstance(arguments, dict):
+        return Say(
+            f"The arguments for {name} must be a JSON object, like {_example_call(name, tools)}."
+        )
+    return ToolCall(name, arguments)
+
+
+def _others(tools: Sequence[Tool]) -> list[Tool]:
+    """The tools the demo's phrases do not know (an agent a developer wrote)."""
+    return [tool for tool in tools if getattr(tool, "name", "") not in EXAMPLES]
+
+
+def _how_to_call(tools: Sequence[Tool]) -> str:
+    examples = [f"“{_example_call(tool.name, tools)}”" for tool in _others(tools)]
+    return (
+        f"To call a tool yourself, say “call <tool> {{JSON arguments}}”: {_join(examples, 'or')}."
+    )
+
+
+def _example_call(name: str, tools: Sequence[Tool]) -> str:
+    """`call <name> {...}` with a placeholder for each required argument of the tool's schema."""
+    tool = next((tool for tool in tools if getattr(tool, "name", "") == name), None)
+    schema = getattr(tool, "params_json_schema", None) or {}
+    properties = schema.get("properties") or {}
+    required = [key for key in schema.get("required") or list(properties) if key in properties]
+    example = {key: _placeholder(properties[key]) for key in required}
+    return f"call {name} {json.dumps(example, ensure_ascii=False)}" if example else f"call {name}"
+
+
+def _placeholder(schema: Mapping[str, Any]) -> Any:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((each for each in kind if each != "null"), None)
+    if "enum" in schema and schema["enum"]:
+        return schema["enum"][0]
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        return int(low) + 1 if kind == "integer" else float(low) + 1
+    if schema.get("format") == "date":
+        return timezone.localdate().isoformat()
+    return {"boolean": True, "array": [], "object": {}}.get(str(kind), "…")
 
 
 def _answer(text: str, tools: set[str], handoffs: Sequence[Handoff]) -> Reply:
@@ -425,7 +505,8 @@ def _capabilities(tools: set[str], handoffs: Sequence[Handoff]) -> str:
     examples = [f"“{EXAMPLES[name]}”" for name in EXAMPLES if name in tools]
     examples += [f"“I have a {handoff.agent_name.lower()} question”" for handoff in handoffs]
     if not examples:
-        return "I have no tools to act with, so I can only chat."
+        # Tools without a phrase of their own are explained by `_how_to_call`.
+        return "" if tools else "I have no tools to act with, so I can only chat."
     return f"Try: {_join(examples, 'or')}."
 
 

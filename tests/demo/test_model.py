@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from agents import Agent, ModelSettings, function_tool, handoff, set_trace_processors, trace
@@ -18,6 +18,7 @@ from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
 )
+from pydantic import Field
 
 from demo.model import OfflineDemoModel
 from tests.factories import user_message
@@ -190,6 +191,42 @@ async def test_it_lists_what_it_can_do_for_anything_else() -> None:
         "I have a billing question",
     ]:
         assert phrase in text
+
+
+@function_tool
+def book_leave(days: Annotated[int, Field(gt=0, le=30)], reason: str) -> str:
+    """Book days of leave."""
+    return f"Booked {days} days."
+
+
+async def test_it_calls_any_tool_it_was_given_when_told_its_name_and_arguments() -> None:
+    # Not one of the demo's phrases: a developer's own tool, driven without a model key.
+    response = await respond(
+        'call book_leave {"days": 3, "reason": "a wedding"}', tools=[book_leave], handoffs=[]
+    )
+    assert call_of(response) == ("book_leave", {"days": 3, "reason": "a wedding"})
+    assert call_of(await respond("CALL lookup_order")) == ("lookup_order", {})
+
+
+async def test_it_says_how_to_call_a_tool_it_has_no_phrase_for() -> None:
+    text = text_of(await respond("hello", tools=[book_leave], handoffs=[]))
+
+    # A placeholder for each required argument, within the schema's bounds (gt=0: 1).
+    assert 'call book_leave {"days": 1, "reason": "…"}' in text
+    assert "I have no tools" not in text
+
+
+async def test_it_refuses_a_call_it_cannot_make_and_says_why() -> None:
+    unknown = text_of(await respond('call book_holiday {"days": 3}', tools=[book_leave]))
+    assert "no tool named “book_holiday”" in unknown
+    assert "“book_leave”" in unknown
+
+    broken = text_of(await respond("call book_leave {days: 3}", tools=[book_leave]))
+    assert "not valid JSON" in broken
+    assert 'call book_leave {"days": 1' in broken
+
+    listed = text_of(await respond("call book_leave [3]", tools=[book_leave]))
+    assert "must be a JSON object" in listed
 
 
 async def test_it_answers_only_the_latest_user_message() -> None:

@@ -245,7 +245,7 @@ def test_the_demo_billing_hands_back_to_the_support_desk() -> None:
     handoffs = [handoff(other) for other in demo.billing.handoffs if isinstance(other, Agent)]
     reply = decide(
         [{"role": "user", "content": "I have a support desk question"}],
-        [tool.name for tool in demo.billing.tools],
+        demo.billing.tools,
         handoffs,
     )
     assert getattr(reply, "name", "") == "transfer_to_support_desk"

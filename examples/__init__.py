@@ -1,0 +1,1 @@
+"""Agents written as docs/agents.md teaches; tests/demo/test_example_agent.py runs them."""
