@@ -18,22 +18,20 @@ paused (its description, its input schema's labelled arguments), which the reque
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from approvals import kinds
 from approvals.models import MCP_KINDS, ApprovalRequest, ToolKind
+from common.formatting import money
 from engine import facts, policies, registry, runs
 from engine.facts import Fact
 
 ATTRIBUTE = "_explanation"
 # A text longer than this, or with a line break, is shown as a block of its own.
 LONG_TEXT = 80
-CURRENCY_SIGNS = {"USD": "$", "EUR": "€", "GBP": "£"}
 
 
 @dataclass(frozen=True)
@@ -83,23 +81,6 @@ def description_text(description: str) -> str:
     (separated by a blank line)."""
     paragraphs = re.split(r"\n\s*\n", description.strip())
     return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
-
-
-def money(value: Any, currency: str) -> str | None:
-    """`value` as an amount of `currency` ("$1,234.50"), or None when it is not a number."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        amount = Decimal(str(value))
-    except ArithmeticError:
-        return None
-    if not amount.is_finite() or (isinstance(value, float) and not math.isfinite(value)):
-        return None
-    cents = amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-    sign = CURRENCY_SIGNS.get(currency)
-    text = f"{abs(cents):,.2f}"
-    minus = "-" if cents < 0 else ""
-    return f"{minus}{sign}{text}" if sign else f"{minus}{text} {currency}"
 
 
 def _words(name: str) -> str:

@@ -7,7 +7,9 @@ any module may use it.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -101,3 +103,23 @@ def preview(text: str, limit: int) -> str:
     """The text on one line, cut to `limit` characters with an ellipsis."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+CURRENCY_SIGNS = {"USD": "$", "EUR": "€", "GBP": "£"}
+
+
+def money(value: Any, currency: str) -> str | None:
+    """`value` as an amount of `currency` ("$1,234.50"), or None when it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        amount = Decimal(str(value))
+    except ArithmeticError:
+        return None
+    if not amount.is_finite() or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    cents = amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    sign = CURRENCY_SIGNS.get(currency)
+    text = f"{abs(cents):,.2f}"
+    minus = "-" if cents < 0 else ""
+    return f"{minus}{sign}{text}" if sign else f"{minus}{text} {currency}"

@@ -238,6 +238,8 @@ class CallView:
     text: str
     output: str | None = None
     is_function: bool = False
+    # A function or MCP call's arguments, parsed (what plain words are made of); else None.
+    arguments: Any = None
 
 
 def call_view(item: Any) -> CallView | None:
@@ -250,7 +252,9 @@ def call_view(item: Any) -> CallView | None:
         name = str(item.get("name") or "tool")
         arguments = item.get("arguments") if item_type == "function_call" else item.get("input")
         shown = call_display(name, arguments)
-        return CallView(call_id, name, shown, is_function=item_type == "function_call")
+        function = item_type == "function_call"
+        parsed = parse_arguments(arguments) if function else None
+        return CallView(call_id, name, shown, is_function=function, arguments=parsed)
     if item_type in ("shell_call", "local_shell_call"):
         name = "shell" if item_type == "shell_call" else "local_shell"
         action = item.get("action")
@@ -268,7 +272,8 @@ def call_view(item: Any) -> CallView | None:
         if label:
             shown += f" · hosted MCP server {label}"
         output = _mcp_output(item) if item_type == "mcp_call" else None
-        return CallView(str(item.get("id") or ""), name, shown, output)
+        parsed = parse_arguments(item.get("arguments"))
+        return CallView(str(item.get("id") or ""), name, shown, output, arguments=parsed)
     return None
 
 

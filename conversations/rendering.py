@@ -43,6 +43,7 @@ from conversations.models import (
 from engine import registry
 from engine.models import AgentRun, RunStatus
 from engine.permissions import can_view_traces, is_reviewer
+from engine.runs import STOPPED_REASON
 
 # --- Markdown ---------------------------------------------------------------------------------
 
@@ -118,6 +119,10 @@ class Entry:
     output: str = ""
     pending: bool = False
     failed: bool = False  # a tool note of a call whose output says it failed
+    # A tool note's call in plain words (what its end user reads; `text` is the call itself),
+    # and what a person, a rule or the clock did with it when it waited for one.
+    plain: str = ""
+    outcome: Outcome | None = None
     # The end user's rating of the run whose reply this is (`conversations.feedback`): set
     # on the last reply of each finished turn, for the page that shows its buttons.
     rating: Any = None
@@ -137,9 +142,12 @@ def _handoff_target(output: str) -> str | None:
     return None
 
 
-def entries_for(items: Sequence[Any], turns: Sequence[int] | None = None) -> list[Entry]:
+def entries_for(
+    items: Sequence[Any], turns: Sequence[int] | None = None, words: CallWords | None = None
+) -> list[Entry]:
     """Chat entries for session items, oldest first; `turns`, each item's turn, numbers
-    the user messages.
+    the user messages; `words`, the conversation's calls in plain words and what people did
+    with them (without it, a note names its call only).
 
     A tool call and its output become one note; items people don't read (reasoning, system
     messages, orphaned outputs) are left out.
@@ -168,10 +176,146 @@ def entries_for(items: Sequence[Any], turns: Sequence[int] | None = None) -> lis
             if failed and output is not None:
                 output = output.removeprefix(session_items.TOOL_ERROR_PREFIX)
             shown = "" if output is None else formatting.preview(output, TOOL_OUTPUT_PREVIEW)
-            entries.append(
-                Entry("tool", text=call.text, output=shown, pending=output is None, failed=failed)
+            entry = Entry(
+                "tool", text=call.text, output=shown, pending=output is None, failed=failed
             )
+            if words is not None:
+                entry.plain, entry.outcome = words.plain(call), words.outcome(call.call_id)
+            entries.append(entry)
     return entries
+
+
+# --- What people did with a call ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a person, a rule or the clock did with a call that waited for a reviewer, in words
+    for the person who asked: "Approved by rita.", "rita changed it before it ran: amount
+    $80.00 → $60.00.", "You withdrew this request; nothing was done."."""
+
+    kind: str  # a `DecisionKind` value, or "policy" (a rule approved it), or "cancelled"
+    sentence: str
+    # Whether the tool ran: the note's output is then the tool's; else it is not shown as one.
+    ran: bool
+    # What the reviewer wrote for it: the rejection's message, or the answer given as the tool.
+    message: str = ""
+
+
+class CallWords:
+    """The chat's words for the calls among `items` of `conversation`: each call in plain
+    words (its tool's description, money as money), and, for a call that waited, what was
+    done with it. Two queries, only when the items hold a call."""
+
+    def __init__(self, conversation: Conversation, items: Iterable[Any]) -> None:
+        self.agent_name = conversation.agent_name
+        self.owner_id = conversation.owner_id
+        ids = {
+            view.call_id
+            for item in items
+            if (view := session_items.call_view(item)) is not None and view.call_id
+        }
+        self.requests: dict[str, ApprovalRequest] = {}
+        self.decisions: dict[int, ApprovalDecision] = {}
+        self._described: dict[str, tuple[str, registry.Review]] = {}
+        if not ids:
+            return
+        found = (
+            ApprovalRequest.objects.filter(run__conversation=conversation, call_id__in=ids)
+            .select_related("run", "decided_by")
+            .order_by("pk")
+        )
+        for request in found:
+            if request.is_decided or request.status == ApprovalStatus.CANCELLED:
+                self.requests[request.call_id] = request  # the latest decided, by pk
+        decided = [request.pk for request in self.requests.values()]
+        if decided:
+            rows = ApprovalDecision.objects.filter(request_id__in=decided).order_by("created", "pk")
+            self.decisions = {row.request_id: row for row in rows}  # each request's latest
+
+    def plain(self, call: session_items.CallView) -> str:
+        request = self.requests.get(call.call_id)
+        if request is not None:
+            decision = self.decisions.get(request.pk)
+            edited = decision.edited_arguments if decision is not None else None
+            return call_for(request, edited).plain
+        description, review = self._tool(call.name)
+        return plain_call(description, call.name, call.arguments, money=review)
+
+    def outcome(self, call_id: str) -> Outcome | None:
+        request = self.requests.get(call_id)
+        if request is None:
+            return None
+        return outcome_of(request, self.decisions.get(request.pk), self.owner_id)
+
+    def _tool(self, tool_name: str) -> tuple[str, registry.Review]:
+        if tool_name not in self._described:
+            tool = registry.reachable_tool(self.agent_name, tool_name)
+            self._described[tool_name] = (
+                (str(getattr(tool, "description", "") or ""), registry.declared_review(tool))
+                if tool is not None
+                else ("", registry.Review())
+            )
+        return self._described[tool_name]
+
+
+def outcome_of(
+    request: ApprovalRequest, decision: ApprovalDecision | None, owner_id: int | None
+) -> Outcome:
+    """What was done with `request` (its latest `decision`), told to its conversation's owner."""
+    by = request.decider_display() or "A reviewer"
+    policy = request.decided_by_policy or (decision.policy_name if decision is not None else "")
+    kind = decision.kind if decision is not None else ""
+    message = decision.message if decision is not None else ""
+    status = request.status
+    if status == ApprovalStatus.WITHDRAWN or (decision is not None and decision.withdrawn):
+        if decision is not None and decision.reviewer_id not in (None, owner_id):
+            return Outcome("withdrawn", f"{by} withdrew this request; nothing was done.", False)
+        return Outcome("withdrawn", "You withdrew this request; nothing was done.", False)
+    if status == ApprovalStatus.APPROVED:
+        if kind == DecisionKind.EDITED and decision is not None:
+            changes = changed_arguments(request, decision.edited_arguments)
+            said = f": {'; '.join(changes)}" if changes else ""
+            return Outcome("edited", f"{by} changed your request before it ran{said}.", True)
+        if policy:
+            return Outcome("policy", f"Approved by the rule “{policy}”.", True)
+        if request.approved_on_expiry:
+            return Outcome(
+                DecisionKind.EXPIRY_APPROVED,
+                "Nobody decided in time, so the expiry rule approved it.",
+                True,
+            )
+        return Outcome(DecisionKind.APPROVED, f"Approved by {by}.", True)
+    if status == ApprovalStatus.RESPONDED:
+        return Outcome(
+            DecisionKind.RESPONDED,
+            f"Not run: {by} answered instead of the tool.",
+            False,
+            message,
+        )
+    if status == ApprovalStatus.REJECTED:
+        who = f"the rule “{policy}”" if policy else by
+        return Outcome(
+            DecisionKind.REJECTED, f"Not approved by {who}; nothing was done.", False, message
+        )
+    if status == ApprovalStatus.EXPIRED:
+        return Outcome(DecisionKind.EXPIRED, "Nobody decided in time; nothing was done.", False)
+    return Outcome("cancelled", "Cancelled before anyone decided; nothing was done.", False)
+
+
+def changed_arguments(request: ApprovalRequest, edited: Any) -> list[str]:
+    """What a reviewer's edit changed, argument by argument: "amount $80.00 → $60.00"."""
+    before = request.arguments if isinstance(request.arguments, dict) else {}
+    if not isinstance(edited, dict):
+        return []
+    review = registry.request_sheet(request.run.agent_name, request).review
+    changes = []
+    for key in [*before, *(key for key in edited if key not in before)]:
+        old, new = before.get(key), edited.get(key)
+        if old != new:
+            label = _label(key)
+            changes.append(f"{label} {_value(key, old, review)} → {_value(key, new, review)}")
+    return changes
 
 
 # --- Session items as a reviewer's transcript ------------------------------------------------
@@ -233,6 +377,8 @@ class Decided:
     call: Call
     status: str
     by: str
+    # What a reviewer's edit changed ("amount $80.00 → $60.00"), when she edited it.
+    changes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -251,6 +397,8 @@ class RunView:
     # Its user message's turn (0: not in the session) and Edit control, once it is finished.
     turn: int = 0
     edit: Edit | None = None
+    # Cancelled by a Stop of the conversation's owner (who reads "You stopped this reply").
+    stopped_by_owner: bool = False
 
     @property
     def is_active(self) -> bool:
@@ -373,9 +521,11 @@ def run_view(
     items: Sequence[Any],
     loaded: LoadedRun | None,
     turns: Sequence[int] | None = None,
+    words: CallWords | None = None,
 ) -> tuple[list[Any], RunView | None]:
     """Split the items into earlier history and the latest run's block (if it shows one);
-    with `turns` (each item's), the block's message can be edited once the run ended."""
+    with `turns` (each item's), the block's message can be edited once the run ended;
+    `words` (else read here) tell its calls in plain words."""
     if loaded is None:
         return list(items), None
     run = loaded.run
@@ -398,12 +548,15 @@ def run_view(
         )
         if not shown:
             return before, None
-    entries = entries_for(turn)
+    entries = entries_for(turn, words=words or CallWords(conversation, turn))
     if run.status in (RunStatus.WAITING, RunStatus.RESUMING):
         # The status lines name the calls that wait or were just decided (as they will run,
         # a reviewer's edit included); no note of them twice.
         entries = [entry for entry in entries if not (entry.kind == "tool" and entry.pending)]
     view = RunView(run=run, user_text=run.input, entries=entries, turn=number)
+    if run.status == RunStatus.CANCELLED and run.error:
+        owner = conversation.owner.get_username() if conversation.owner_id else None
+        view.stopped_by_owner = run.error == STOPPED_REASON.format(who=owner)
     if number and run.is_finished:
         view.edit = edit_for(conversation, number, run.input)
     if run.status in (RunStatus.WAITING, RunStatus.RESUMING):
@@ -416,11 +569,13 @@ def run_view(
                 view.waiting_for.append(call)
                 view.withdrawable.append(request.pk)
             elif request.is_decided:
+                changed = edited.get(request.pk)
                 view.decided.append(
                     Decided(
-                        call=call_for(request, edited.get(request.pk)),
+                        call=call_for(request, changed),
                         status=request.status,
                         by=request.decider_display(),
+                        changes=changed_arguments(request, changed) if changed else [],
                     )
                 )
     return before, view
@@ -435,8 +590,9 @@ def build_history(
 ) -> History:
     """What the chat shows of the branch the conversation is on: `items` (with `turns`,
     each item's turn, its messages get Edit controls) and its latest run."""
-    before, view = run_view(conversation, items, loaded, turns)
-    entries = entries_for(before, turns[: len(before)] if turns is not None else None)
+    words = CallWords(conversation, items)
+    before, view = run_view(conversation, items, loaded, turns, words)
+    entries = entries_for(before, turns[: len(before)] if turns is not None else None, words)
     for entry in entries:
         if entry.turn:
             entry.edit = edit_for(conversation, entry.turn, entry.text)
@@ -529,6 +685,7 @@ def shows_calls(user: Any) -> bool:
 PLAIN_ARGUMENTS = 4
 PLAIN_VALUE_CHARS = 40
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
+_ASIDE = re.compile(r"\s*\([^()]*\)")
 
 
 def call_for(request: ApprovalRequest, edited: Any = None) -> Call:
@@ -538,12 +695,16 @@ def call_for(request: ApprovalRequest, edited: Any = None) -> Call:
         raw = request.call_display()
         return Call(plain=raw, raw=raw)
     arguments = request.arguments if edited is None else edited
-    description = registry.tool_description(
-        request.run.agent_name, request.agent_name, request.tool_name, request.kind
-    )
+    sheet = registry.request_sheet(request.run.agent_name, request)
+    description = "" if request.kind in MCP_KINDS else sheet.description
     return Call(
         plain=plain_call(
-            description, request.tool_name, arguments, kind=request.kind, server=request.server
+            description,
+            request.tool_name,
+            arguments,
+            kind=request.kind,
+            server=request.server,
+            money=sheet.review,
         ),
         raw=session_items.format_call(request.tool_name, arguments),
     )
@@ -565,32 +726,50 @@ def plain_call(
     arguments: Any,
     kind: str = ToolKind.FUNCTION,
     server: str = "",
+    money: registry.Review | None = None,
 ) -> str:
-    """A call as a person reads it: the first sentence of the tool's description (else its
-    name in words) and the values of its arguments, named without "_id": "cancel an order
-    that has not been delivered yet (order 42)". A call of another kind of tool (a shell
-    command, a patch, an MCP server's tool) in words of its own (`plain_kind_call`)."""
-    own_words = plain_kind_call(kind, server, tool_name, arguments)
+    """A call as a person reads it: the first sentence of the tool's description, its asides
+    in parentheses left out (else its name in words), and the values of its arguments, named
+    without "_id", those its author declared money as money (`money`'s): "refund part or all
+    of an order (order 42, amount $80.00)". A call of another kind of tool (a shell command,
+    a patch, an MCP server's tool) in words of its own (`plain_kind_call`)."""
+    own_words = plain_kind_call(kind, server, tool_name, arguments, money)
     if own_words is not None:
         return own_words
     sentence = _SENTENCE_END.split(description.strip(), maxsplit=1)[0].strip().rstrip(".")
+    # "(only the asker's own)": a note from the tool's author to the model, not the action.
+    sentence = _ASIDE.sub("", sentence).strip()
     if not sentence:
         sentence = tool_name.replace("_", " ").strip() or "run a tool"
     if sentence[1:2].islower() or len(sentence) == 1:
         sentence = sentence[0].lower() + sentence[1:]
-    return _with_values(sentence, arguments)
+    return _with_values(sentence, arguments, money)
 
 
-def _with_values(sentence: str, arguments: Any) -> str:
+def _label(key: Any) -> str:
+    return str(key).removesuffix("_id").replace("_", " ").strip()
+
+
+def _value(key: Any, value: Any, money: registry.Review | None) -> str:
+    """An argument's value for people, on one line: money as money, text as text."""
+    if money is not None and key in money.money:
+        amount = formatting.money(value, money.currency)
+        if amount is not None:
+            return amount
+    if value is None:
+        return "none"
+    shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return formatting.preview(shown, PLAIN_VALUE_CHARS)
+
+
+def _with_values(sentence: str, arguments: Any, money: registry.Review | None = None) -> str:
     """`sentence` and the values of the call's arguments: "cancel an order (order 42)"."""
     values = []
     if isinstance(arguments, dict):
         for key, value in arguments.items():
             if value is None or value == "":
                 continue
-            label = str(key).removesuffix("_id").replace("_", " ").strip()
-            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            values.append(f"{label} {formatting.preview(shown, PLAIN_VALUE_CHARS)}".strip())
+            values.append(f"{_label(key)} {_value(key, value, money)}".strip())
     elif arguments not in (None, "", {}):
         values.append(formatting.preview(json.dumps(arguments, ensure_ascii=False), 60))
     if len(values) > PLAIN_ARGUMENTS:
@@ -601,7 +780,9 @@ def _with_values(sentence: str, arguments: Any) -> str:
 PLAIN_COMMAND_CHARS = 80
 
 
-def plain_kind_call(kind: str, server: str, tool_name: str, arguments: Any) -> str | None:
+def plain_kind_call(
+    kind: str, server: str, tool_name: str, arguments: Any, money: registry.Review | None = None
+) -> str | None:
     """The words for a call that is not a function tool's (`ApprovalRequest.kind`): "run a
     command: ls -la", "change the file src/app.py", "use restock on warehouse (sku
     grinder)"; None for a function tool's, or arguments of a shape its kind does not have.
@@ -618,5 +799,5 @@ def plain_kind_call(kind: str, server: str, tool_name: str, arguments: Any) -> s
         return f"{verb} the file {formatting.preview(path, PLAIN_COMMAND_CHARS)}"
     if kind in MCP_KINDS:
         where = f" on {server}" if server else ""
-        return _with_values(f"use {tool_name or 'a tool'}{where}", arguments)
+        return _with_values(f"use {tool_name or 'a tool'}{where}", arguments, money)
     return None

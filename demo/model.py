@@ -87,6 +87,8 @@ RESULT_LEADS: dict[str, str] = {
 # The SDK hands a reviewer's rejection message to the model verbatim (by default "Tool execution
 # was not approved."), so a rejection can only be recognised by its wording.
 REJECTION_MARKERS = re.compile(r"not approved|rejected|declined|denied", re.IGNORECASE)
+# What the engine tells the model when the person who asked withdrew the request.
+WITHDRAWAL_MARKER = re.compile(r"\buser withdrew\b", re.IGNORECASE)
 EMAIL_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 ORDER_NUMBER = re.compile(r"\border\s*(?:number|no\.?|#)?\s*#?\s*(\d+)\b|#(\d+)\b", re.IGNORECASE)
 MONEY = re.compile(r"\$?\s*(\d+(?:\.\d{1,2})?)")
@@ -462,6 +464,9 @@ def _about_result(
     if _is_transfer(output):
         return _greeting(json.loads(output)["assistant"], tools)
     quoted = _quote(output)
+    if WITHDRAWAL_MARKER.search(output):
+        action = _describe_call(tool_name, arguments)
+        return f"You withdrew the request to {action}, so nothing was done."
     if REJECTION_MARKERS.search(output):
         action = _describe_call(tool_name, arguments)
         return f"The request to {action} was not approved, so nothing was done: {quoted}"
@@ -474,7 +479,9 @@ def _describe_call(tool_name: str, arguments: dict[str, Any]) -> str:
     if tool_name == "cancel_order" and order is not None:
         return f"cancel order {order}"
     if tool_name == "issue_refund" and order is not None:
-        return f"refund {arguments.get('amount')} on order {order}"
+        amount = arguments.get("amount")
+        shown = f"${amount:,.2f}" if isinstance(amount, int | float) else str(amount)
+        return f"refund {shown} on order {order}"
     if tool_name == "send_email" and arguments.get("to"):
         return f"email {arguments['to']}"
     return f"run {tool_name}"

@@ -169,13 +169,19 @@ def find_tool(
     return None
 
 
-def tool_description(
-    name: str, agent_name: str, tool_name: str, kind: str = ToolKind.FUNCTION
-) -> str:
-    """The description of the tool `tool_name` of the agent called `agent_name`, reachable
-    from the agent `name` stands for; "" when there is no such tool (any more)."""
-    tool = find_tool(name, agent_name, tool_name, kind)
-    return str(getattr(tool, "description", "") or "") if tool is not None else ""
+def reachable_tool(name: str, tool_name: str) -> Any | None:
+    """The first function tool `tool_name` of any agent reachable from the agent `name`
+    stands for (a call in a conversation, whichever of its agents made it); None when there is
+    none (any more), or for an MCP server's tool (not among the agents' own)."""
+    try:
+        start = get_agent(name)
+    except Exception:
+        return None
+    for agent in walk(start):
+        for tool in agent.tools:
+            if getattr(tool, "name", None) == tool_name:
+                return tool
+    return None
 
 
 # --- what reviewers read about a tool -------------------------------------------------------

@@ -214,7 +214,9 @@ async def test_a_whole_turn_streams_word_by_word_then_shows_the_reply(
     running = frames[0]
     assert 'data-status="running"' in running and f'id="run-{run.pk}-text"' in running
     completed = frames[-1]
-    assert "lookup_order(order_id=7)" in completed
+    # Her call in plain words (the call itself is for operators).
+    assert "what was refunded (order 7)</span>" in completed
+    assert "lookup_order(" not in completed
     assert "Here is what I found:" in completed
     assert f'id="run-{run.pk}-text"' not in completed  # the reply, not the stream
     await communicator.disconnect()

@@ -286,10 +286,13 @@ def test_a_finished_turn_shows_her_message_the_tool_note_and_the_reply(
     text = page_text(page)
 
     assert "where is order 44" in text
-    assert "lookup_order(order_id=44) → " in text
+    # In plain words for her, from the tool's description; the call itself is for operators.
+    assert "Look up one of the customer&#x27;s orders: item, amount, status and what was" in text
+    assert "refunded (order 44) → " in text
+    assert "lookup_order(" not in text
     assert "Here is what I found:" in text and "shipped" in text
     assert "data-active" not in page.content.decode()
-    assert text.index("where is order 44") < text.index("lookup_order") < text.index("Here is")
+    assert text.index("where is order 44") < text.index("Look up one") < text.index("Here is")
 
 
 def test_a_paused_run_says_what_it_waits_for(

@@ -367,13 +367,16 @@ def test_the_chat_shows_each_kind_of_call_with_what_answered_it(
     page = client.get(f"/chats/{run.conversation.session_id}/").content.decode()
     notes = [
         " ".join(re.sub(r"<[^>]+>", " ", note).split())
-        for note in re.findall(r'<div class="note note-tool">(.*?)</div>', page, re.S)
+        for note in re.findall(r'<div class="note note-tool"[^>]*>(.*?)</div>', page, re.S)
     ]
+
+    # In plain words for her, with what a person did with each (the calls themselves are for
+    # operators and reviewers).
     assert notes == [
-        "shell: echo &#x27;&lt;b&gt;hi&lt;/b&gt;&#x27; → ran",
-        "apply_patch: update app.py → A reviewer rejected this tool call: Not today",
-        "ask_question(repo=&quot;openai/openai-agents-python&quot;) · hosted MCP server deepwiki"
-        " → approved",
+        "Run a command: echo &#x27;&lt;b&gt;hi&lt;/b&gt;&#x27; → ran Approved by rita.",
+        "Change the file app.py Not approved by rita; nothing was done. “Not today”",
+        "Use ask_question on deepwiki (repo openai/openai-agents-python) → approved"
+        " Approved by rita.",
     ]
     assert "<b>hi</b>" not in page
 

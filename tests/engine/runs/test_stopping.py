@@ -237,7 +237,7 @@ def test_the_chat_offers_stop_while_a_reply_is_written(submitted: list, alice: A
     answer = client.post(url, HTTP_HX_REQUEST="true")
     assert "Stopping…" in answer.content.decode()
     page = client.get(reverse("chat", args=[conversation.session_id])).content.decode()
-    assert "Stopped by alice. This reply was cancelled; you can send a new message." in page
+    assert "You stopped this reply; nothing more of it will run." in page
     assert f'action="{url}"' not in page
     assert "Last reply stopped" in client.get(reverse("chats")).content.decode()
     late = client.post(url, follow=True)
