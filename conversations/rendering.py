@@ -555,8 +555,10 @@ def run_view(
         entries = [entry for entry in entries if not (entry.kind == "tool" and entry.pending)]
     view = RunView(run=run, user_text=run.input, entries=entries, turn=number)
     if run.status == RunStatus.CANCELLED and run.error:
-        owner = conversation.owner.get_username() if conversation.owner_id else None
-        view.stopped_by_owner = run.error == STOPPED_REASON.format(who=owner)
+        owner = conversation.owner
+        view.stopped_by_owner = owner is not None and run.error == STOPPED_REASON.format(
+            who=owner.get_username()
+        )
     if number and run.is_finished:
         view.edit = edit_for(conversation, number, run.input)
     if run.status in (RunStatus.WAITING, RunStatus.RESUMING):
