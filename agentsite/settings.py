@@ -639,6 +639,9 @@ MAILERS: dict[str, dict[str, Any]] = {
 }
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agentsite <agentsite@localhost>")
 # The site's address as reviewers reach it, for the links in emails (they must be absolute).
+# Unset: AGENTSITE_WEBHOOK_SITE_URL; else the address the server listens on (agentsite/serve.py
+# sets it before this is read); else, where it cannot tell (a worker, cron, behind a proxy),
+# `make run`'s default address.
 AGENTSITE_EMAIL_SITE_URL = (
     env_str("AGENTSITE_EMAIL_SITE_URL") or AGENTSITE_WEBHOOK_SITE_URL or "http://127.0.0.1:8000"
 )
