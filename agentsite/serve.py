@@ -12,18 +12,26 @@ is started through here.
 - Before it listens it runs Django's system checks (the agents' registry and their model
   settings among them): a server whose configuration they refuse stops at once, saying why,
   instead of failing each chat turn later.
+- The links in the emails it sends lead to it: unless the site's address is configured
+  (`AGENTSITE_EMAIL_SITE_URL`, or `AGENTSITE_WEBHOOK_SITE_URL`), it is the address this
+  server listens on (`make run PORT=21080`: `http://127.0.0.1:21080`), set before the
+  settings are read. Where that cannot be told (a worker or cron's `send_notifications`,
+  which serve nothing; a server behind a proxy) the links lead to `make run`'s default,
+  `http://127.0.0.1:8000`: a deployment configures the site's address (`deploy/.env.example`).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from daphne.cli import CommandLineInterface
+from daphne.cli import DEFAULT_HOST, DEFAULT_PORT, CommandLineInterface
 from daphne.server import Server
 from django.conf import settings
 from twisted.internet import defer
@@ -81,6 +89,45 @@ class PrivateLogCommandLine(CommandLineInterface):
     server_class = PrivateLogServer
 
 
+# What a browser reaches a server on every interface at: this machine's own address.
+WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+
+
+def served_url(argv: list[str]) -> str | None:
+    """The address a server started with `argv` (daphne's arguments) answers at, with
+    daphne's defaults for what they leave out: `http://127.0.0.1:21080`. None when that is not
+    the site's address or is not known before it listens: behind a proxy (`--proxy-headers`:
+    the proxy's address is the site's), on a UNIX socket, a file descriptor, endpoints of
+    twisted's own (`-e`), any free port (`-p 0`), or arguments daphne will refuse."""
+    parser = CommandLineInterface().parser
+    # Arguments it refuses are daphne's to report, once, when it reads them itself.
+    parser.exit_on_error = False
+    try:
+        args, _ = parser.parse_known_args(argv)
+    except argparse.ArgumentError:
+        return None
+    if args.proxy_headers or args.unix_socket or args.file_descriptor is not None:
+        return None
+    if args.socket_strings or args.port == 0:
+        return None
+    host = args.host or DEFAULT_HOST
+    host = WILDCARDS.get(host, host)
+    port = DEFAULT_PORT if args.port is None else args.port
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def default_site_url(argv: list[str], environ: MutableMapping[str, str] = os.environ) -> None:
+    """Make the address this server answers at (`served_url`) the emails' links' default:
+    AGENTSITE_EMAIL_SITE_URL, when neither it nor AGENTSITE_WEBHOOK_SITE_URL (which the
+    settings fall back to) is set. Before the settings are read, so that they read it."""
+    configured = ("AGENTSITE_EMAIL_SITE_URL", "AGENTSITE_WEBHOOK_SITE_URL")
+    if any(environ.get(name) for name in configured):
+        return
+    url = served_url(argv)
+    if url is not None:
+        environ["AGENTSITE_EMAIL_SITE_URL"] = url
+
+
 def refused_configuration() -> str:
     """What the system checks refuse in this configuration (errors only), or ""."""
     import django
@@ -97,6 +144,7 @@ def refused_configuration() -> str:
 
 
 if __name__ == "__main__":
+    default_site_url(sys.argv[1:])
     refused = refused_configuration()
     if refused:
         sys.exit(

@@ -621,24 +621,29 @@ if _email_use_tls and _email_use_ssl:
     )
 # Seconds the SMTP server may take to connect and to answer each command.
 EMAIL_SEND_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0)
-MAILERS: dict[str, dict[str, Any]] = {
-    "default": {
-        "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-        "OPTIONS": {
-            "host": _email_host,
-            "port": env_int("EMAIL_PORT", 587),
-            "username": env_str("EMAIL_HOST_USER"),
-            "password": env_str("EMAIL_HOST_PASSWORD"),
-            "use_tls": _email_use_tls,
-            "use_ssl": _email_use_ssl,
-            "timeout": EMAIL_SEND_TIMEOUT,
-        },
-    }
-    if _email_host
-    else {"BACKEND": "django.core.mail.backends.console.EmailBackend"}
+_mailer: dict[str, Any] = {
+    "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+    "OPTIONS": {
+        "host": _email_host,
+        "port": env_int("EMAIL_PORT", 587),
+        "username": env_str("EMAIL_HOST_USER"),
+        "password": env_str("EMAIL_HOST_PASSWORD"),
+        "use_tls": _email_use_tls,
+        "use_ssl": _email_use_ssl,
+        "timeout": EMAIL_SEND_TIMEOUT,
+    },
 }
+if not _email_host:
+    # Development prints each email readably, its link whole (notifications/console.py); with
+    # DEBUG off it is Django's own console backend, which its deployment check refuses by name.
+    _console = "notifications.console" if DEBUG else "django.core.mail.backends.console"
+    _mailer = {"BACKEND": f"{_console}.EmailBackend"}
+MAILERS: dict[str, dict[str, Any]] = {"default": _mailer}
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agentsite <agentsite@localhost>")
 # The site's address as reviewers reach it, for the links in emails (they must be absolute).
+# Unset: AGENTSITE_WEBHOOK_SITE_URL; else the address the server listens on (agentsite/serve.py
+# sets it before this is read); else, where it cannot tell (a worker, cron, behind a proxy),
+# `make run`'s default address.
 AGENTSITE_EMAIL_SITE_URL = (
     env_str("AGENTSITE_EMAIL_SITE_URL") or AGENTSITE_WEBHOOK_SITE_URL or "http://127.0.0.1:8000"
 )

@@ -68,7 +68,18 @@ def _refused(request: HttpRequest, status: int, message: str) -> HttpResponse:
 @never_cache
 @require_safe
 def open_link(request: HttpRequest) -> HttpResponse:
-    """An email's link: checked, then on to its request's page. Writes nothing."""
+    """An email's link: checked, then on to its request's page. Writes nothing.
+
+    Someone signed in who may not decide is told so first, whatever the link: every link
+    leads to a reviewer's page, which she cannot open (an email forwarded to her, or sent
+    while she was a reviewer)."""
+    if request.user.is_authenticated and not is_reviewer(request.user):
+        return _refused(
+            request,
+            403,
+            "This request is for reviewers, and your account may not decide tool calls. "
+            "Ask an administrator if it should.",
+        )
     try:
         link = links.read(request.GET.get("t", ""))
     except links.LinkRefused as refusal:

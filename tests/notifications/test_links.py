@@ -15,6 +15,7 @@ from tests.agentsite.test_csp import inline_code
 from tests.factories import (
     make_request,
     make_reviewer,
+    make_user,
 )
 from tests.notifications import unchanged
 
@@ -60,4 +61,26 @@ def test_a_tampered_expired_or_another_persons_link_is_refused_and_changes_nothi
     assert "This link has expired" in answer.content.decode()
     client.logout()
     assert client.get("/notifications/open/", {"t": tampered}).status_code == 400
+    unchanged(request)
+
+
+def test_someone_who_may_not_review_is_told_the_link_is_for_reviewers_and_offered_her_chats(
+    client: Client,
+) -> None:
+    rita = make_reviewer("rita")
+    alice = make_user(username="alice")  # the demo customer: chats, no inbox
+    request = make_request()
+    client.force_login(alice)
+
+    forwarded = links.token(request.pk, rita.pk)  # rita's email, forwarded to her
+    hers = links.token(request.pk, alice.pk)  # sent while she still was a reviewer
+    for token in (forwarded, hers, "not-a-token"):
+        answer = client.get("/notifications/open/", {"t": token})
+        assert answer.status_code == 403, token
+        html = answer.content.decode()
+        card = html.split('class="card error-page"', 1)[1]
+        assert "This request is for reviewers" in card
+        assert 'href="/chats/"' in card
+        assert "inbox" not in card.lower()
+        assert inline_code(html) == []
     unchanged(request)
