@@ -124,7 +124,11 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG:
-        raise RuntimeError("SECRET_KEY must be set when DEBUG is off.")
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set when DEBUG is off. A deployment's commands take it from "
+            "its environment file: run them through deploy/manage (docs/deploy.md). "
+            "For development, set DEBUG=1."
+        )
     SECRET_KEY = "dev-only-insecure-key-never-use-in-production"
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])

@@ -42,6 +42,22 @@ FILLED = {
     "OPENAI_API_KEY": "sk-not-a-real-key",
 }
 ASSIGNMENT = re.compile(r"^(#\s*)?([A-Z][A-Z0-9_]*)=(.*)$")
+# The values systemd's EnvironmentFile= (the units) and a POSIX shell (deploy/manage sources the
+# file for commands run by hand and by cron) read alike: a word of characters that neither
+# gives a meaning to, or text in single quotes with no quote inside. Anything else, a space,
+# `<`, `$`, a backslash or a double quote, is read one way by systemd and another by the shell.
+PLAIN_VALUE = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
+QUOTED_VALUE = re.compile(r"'([^'\n]*)'")
+
+
+def value_of(name: str, written: str) -> str:
+    """What `NAME=written` sets, to systemd and to the shell alike; refused if they differ."""
+    if PLAIN_VALUE.fullmatch(written):
+        return written
+    quoted = QUOTED_VALUE.fullmatch(written)
+    if quoted is None:
+        raise ValueError(f"{name}={written}: systemd and a shell read it differently; quote it")
+    return quoted[1]
 
 
 def assignments() -> list[tuple[str, str, bool]]:
@@ -50,7 +66,8 @@ def assignments() -> list[tuple[str, str, bool]]:
     for line in EXAMPLE.read_text().splitlines():
         match = ASSIGNMENT.match(line.strip())
         if match:
-            found.append((match.group(2), match.group(3), match.group(1) is None))
+            name = match.group(2)
+            found.append((name, value_of(name, match.group(3)), match.group(1) is None))
     return found
 
 
@@ -69,6 +86,48 @@ def test_every_name_in_the_example_is_a_setting_and_every_setting_is_there() -> 
     assert len(named) == len(set(named)), "a name given twice"
     assert set(named) - read == set()  # nothing the settings do not read
     assert read - set(named) == set()  # nothing the settings read left out
+
+
+# systemd's reader of environment.d files: the parser of EnvironmentFile= (systemd's
+# src/basic/env-file.c), which then expands `$` (no value above may hold one) and skips an
+# empty value (EnvironmentFile= sets it empty).
+ENVIRONMENT_D = Path(
+    "/usr/lib/systemd/user-environment-generators/30-systemd-environment-d-generator"
+)
+
+
+def read_by_systemd(text: str, folder: Path) -> dict[str, str]:
+    (folder / "environment.d").mkdir()
+    (folder / "environment.d" / "agentsite.conf").write_text(text)
+    read = subprocess.run(
+        [str(ENVIRONMENT_D)],
+        env={"XDG_CONFIG_HOME": str(folder), "HOME": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    found = {}
+    for line in read.stdout.splitlines():
+        name, value = line.split("=", 1)
+        if value.startswith('"'):  # printed quoted, with \ before `"`, `\`, `$` and `
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        found[name] = value
+    return found
+
+
+def test_every_value_of_the_example_reads_alike_to_systemd_and_to_a_shell(
+    tmp_path: Path,
+) -> None:
+    """The units read the file with systemd's rules, deploy/manage with the shell's: each line,
+    commented ones uncommented, sets the same value for both (the shell's side:
+    tests/agentsite/test_deploy_one_host.py)."""
+    text = re.sub(r"^# ([A-Z][A-Z0-9_]*=)", r"\1", EXAMPLE.read_text(), flags=re.MULTILINE)
+    written = {name: value for name, value, _ in assignments()}  # refuses any other value
+
+    read = read_by_systemd(text, tmp_path)
+
+    assert {name: read.get(name, "") for name in written} == written
 
 
 def test_what_production_must_set_is_set() -> None:

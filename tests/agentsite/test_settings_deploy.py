@@ -79,6 +79,18 @@ def test_the_documented_production_environment_passes_check_deploy() -> None:
     assert "WARNING" not in checked.stdout + checked.stderr
 
 
+def test_manage_py_says_in_one_line_what_the_settings_refuse() -> None:
+    """Run without the deployment's environment (by hand, not through deploy/manage), a
+    command stops on the settings' refusal, not on a traceback that ends with it."""
+    checked = manage("check", "--deploy")
+
+    assert checked.returncode == 1
+    assert "Traceback" not in checked.stderr
+    [said] = checked.stderr.strip().splitlines()
+    assert said.startswith("manage.py: SECRET_KEY must be set when DEBUG is off. ")
+    assert "deploy/manage" in said
+
+
 def test_the_readme_documents_the_production_environment() -> None:
     readme = (ROOT / "README.md").read_text()
     production = readme.split("### Production", 1)[1].split("\n#", 1)[0]
