@@ -17,7 +17,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Path, Query, Status
-from ninja.errors import HttpError, ValidationError
+from ninja.errors import HttpError, ValidationError, ValidationErrorContext
 
 from api import limits, schemas
 from api.auth import BearerToken, Caller, Forbidden, Unauthorized, require_scope
@@ -30,7 +30,38 @@ from conversations.rendering import TITLE_CHARS
 from engine import permissions, policies, registry, runs
 from engine.models import AgentRun
 
-api = NinjaAPI(
+
+class Api(NinjaAPI):
+    """django-ninja's API, with invalid input located where the caller wrote it."""
+
+    def validation_error_from_error_contexts(
+        self, error_contexts: list[ValidationErrorContext[Any]]
+    ) -> ValidationError:
+        errors: list[dict[str, Any]] = []
+        for context in error_contexts:
+            located = super().validation_error_from_error_contexts([context]).errors
+            errors.extend(_in_body(error, context.model) for error in located)
+        return ValidationError(errors)
+
+
+def _in_body(error: dict[str, Any], model: Any) -> dict[str, Any]:
+    """`error` under "body" as the caller wrote the body: django-ninja reads a lone body
+    parameter as {its name: body}, and names it too ("body.body.seen_hash"); pydantic names
+    the member of a discriminated union it read by its tag ("body.body.approve.seen_hash"),
+    kept as the error's `tag` (`_said` words a decision's fields with it)."""
+    # The name ninja wraps the body in (its BodyModel's marker); none when several parameters
+    # share the body, each then a key of it, which its location rightly names.
+    name = getattr(model, "__read_from_single_attr__", None)
+    loc = tuple(error["loc"])
+    if not name or loc[:2] != ("body", name):
+        return error
+    inside = loc[2:]
+    if inside and model.model_fields[name].discriminator:
+        return {**error, "loc": ("body", *inside[1:]), "tag": inside[0]}
+    return {**error, "loc": ("body", *inside)}
+
+
+api = Api(
     title="agentsite API",
     version="1",
     description="Approvals and runs of agentsite. See docs/api.md.",
@@ -88,16 +119,17 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         {"loc": list(error.get("loc", [])), "msg": str(error.get("msg", "")), "type": error["type"]}
         for error in exc.errors
     ]
-    detail = "; ".join(_said(error) for error in errors)
+    detail = "; ".join(_said(error) for error in exc.errors)
     return _error(request, 422, detail or "Invalid input.", "invalid", errors=errors)
 
 
 def _said(error: dict[str, Any]) -> str:
     """One validation error for people: a decision's field that does not go with its action,
     or that it lacks, in the engine's words (`runs.FIELDS`, as the inbox says them)."""
-    loc = error["loc"]
-    if len(loc) >= 2 and loc[-2] in runs.FIELDS:
-        action, name = runs.Action(loc[-2]), str(loc[-1])
+    loc = list(error.get("loc", []))
+    tag = error.get("tag")
+    if tag in runs.FIELDS and len(loc) == 2:
+        action, name = runs.Action(tag), str(loc[-1])
         if error["type"] == "extra_forbidden":
             return runs.unfit_field(name)
         required, missing = runs.REQUIRED.get(action, ("", ""))

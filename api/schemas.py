@@ -38,7 +38,11 @@ class Error(Schema):
     detail: str = Field(description="What went wrong, for people.")
     code: str = Field(description="A stable word for programs: not_found, already_decided, …")
     errors: list[dict[str, Any]] | None = Field(
-        default=None, description="For invalid input: each problem, as pydantic reports it."
+        default=None,
+        description=(
+            "For invalid input: each problem, as pydantic reports it, located where the"
+            ' request has it (`["body", "seen_hash"]`, `["query", "limit"]`).'
+        ),
     )
     limit: int | None = Field(
         default=None, description="For a body too large (413): the most bytes it may have."

@@ -288,6 +288,41 @@ def test_invalid_input_is_422_never_500(client: Client) -> None:
     assert ApprovalRequest.objects.get(pk=request.pk).is_pending
 
 
+def test_an_invalid_body_is_located_where_the_caller_wrote_it(client: Client) -> None:
+    """Under "body" alone: not under the handler's parameter as well (django-ninja reads a
+    lone body parameter as {name: body}), nor under the decision's action (pydantic's tag for
+    a member of the union)."""
+    secret = token_for(make_reviewer())
+    path = f"/requests/{make_request().pk}/decide"
+
+    missing = post(client, path, {"action": "approve"}, secret).json()
+    assert missing["detail"] == "body.seen_hash: Field required"
+    assert missing["errors"] == [
+        {"loc": ["body", "seen_hash"], "msg": "Field required", "type": "missing"}
+    ]
+    empty = post(client, path, {"action": "reject", "seen_hash": ""}, secret).json()
+    assert empty["detail"] == "body.seen_hash: String should have at least 1 character"
+    action = post(client, path, {"action": "maybe", "seen_hash": "x"}, secret).json()
+    assert action["errors"][0]["loc"] == ["body"]
+    assert action["detail"].startswith("body: Input tag 'maybe' found using 'action'")
+    # The engine's words for a field of another action, or one the action needs, as before.
+    mixed = post(client, path, {"action": "approve", "seen_hash": "x", "message": "m"}, secret)
+    assert mixed.json()["detail"] == "`message` goes with reject only."
+    assert mixed.json()["errors"][0]["loc"] == ["body", "message"]
+    answer = post(client, path, {"action": "respond", "seen_hash": "x"}, secret).json()
+    assert answer["detail"] == "respond needs the `response` the agent reads."
+    assert answer["errors"][0]["loc"] == ["body", "response"]
+    # A message to start a run: its body is read the same way.
+    conversation = make_conversation(owner=make_user())
+    runs_path = f"/conversations/{conversation.session_id}/runs"
+    text = post(client, runs_path, {"text": ""}, token_for(conversation.owner)).json()
+    assert text["errors"][0]["loc"] == ["body", "text"]
+    assert text["detail"] == "body.text: String should have at least 1 character"
+    # Elsewhere than the body, as django-ninja says it.
+    limit = get(client, "/requests", secret, limit=101).json()
+    assert limit["errors"][0]["loc"] == ["query", "limit"]
+
+
 # --- paging ---------------------------------------------------------------------------------
 
 

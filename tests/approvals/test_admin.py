@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -33,9 +34,18 @@ def approve_selected(client: Client, *requests: ApprovalRequest, action: str = "
     )
 
 
+def confirm_form_tag(page: str) -> str:
+    form = re.search(r"<form[^>]*data-bulk-confirm-form[^>]*>", page)
+    assert form, page
+    return form.group(0)
+
+
 def confirm(client: Client, confirmation: Any) -> Any:
-    """Press the confirmation's confirm button, as a browser would post it."""
-    return client.post(BULK, confirmation_data(confirmation.content.decode()))
+    """Press the confirmation's confirm button, as a browser would post it: through htmx
+    (its header set) when the form is htmx's."""
+    page = confirmation.content.decode()
+    headers = {"HX-Request": "true"} if "hx-post=" in confirm_form_tag(page) else {}
+    return client.post(BULK, confirmation_data(page), headers=headers)
 
 
 def messages_of(response: Any) -> list[str]:
@@ -163,6 +173,33 @@ def test_it_approves_selected_requests_through_the_engine_after_a_confirmation(
     assert submitted[-1] == ("resume", run.pk)
     # Approving is not executing: the tool runs only when the run resumes.
     assert OrderEvent.objects.count() == 0
+
+
+def test_it_comes_back_to_the_filtered_change_list_once_confirmed(
+    admin_client: Client, paused_run: AgentRun, submitted: list
+) -> None:
+    request = paused_run.approval_requests.get()
+    filtered = f"{REQUESTS}?status__exact=pending"
+
+    confirmation = admin_client.post(
+        filtered,
+        {"action": "reject_selected", "_selected_action": [request.pk], "index": 0},
+    )
+    page = confirmation.content.decode()
+
+    # A page of its own, not the inbox's dialog: its confirm button is a plain form's, which
+    # the browser follows to wherever the answer sends it; cancelling goes back the same way.
+    assert "hx-post=" not in confirm_form_tag(page)
+    assert f'<a class="btn btn-quiet" href="{filtered}">Cancel</a>' in page
+    response = confirm(admin_client, confirmation)
+
+    assert response.status_code == 302 and response["Location"] == filtered
+    assert messages_of(response) == ["Rejected 1 request."]
+    request.refresh_from_db()
+    assert request.status == ApprovalStatus.REJECTED
+    listed = admin_client.get(response["Location"]).content.decode()
+    # Decided, so no longer in the pending list it came back to.
+    assert f"/{request.pk}/change/" not in listed
 
 
 def test_it_sets_a_decided_request_apart_and_decides_nothing_twice(
