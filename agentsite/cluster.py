@@ -417,6 +417,10 @@ class Cluster:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        # Emails link to nginx: the web processes behind it and the workers that send the
+        # mail cannot know the address people reach (agentsite.serve's default is its own).
+        if not env.get("AGENTSITE_EMAIL_SITE_URL") and not env.get("AGENTSITE_WEBHOOK_SITE_URL"):
+            env["AGENTSITE_EMAIL_SITE_URL"] = self.url
         env.update(self.env)
         return env
 

@@ -12,6 +12,7 @@ import pytest
 
 from agentsite.cluster import (
     NGINX,
+    Cluster,
     ProcessLine,
     Service,
     ServiceFailed,
@@ -125,3 +126,14 @@ def test_a_service_is_stopped_by_its_process_id_and_started_again(tmp_path: Path
     assert probe.log() == "ready\n"
     probe.kill()
     assert probe.process.returncode == -9
+
+
+def test_the_emails_of_a_cluster_link_to_its_nginx(tmp_path: Path) -> None:
+    """Its web processes are behind nginx and its workers send the mail: neither knows the
+    address people reach, so the cluster says it (`make cluster PORT=8080` linked to 8000)."""
+    env = Cluster(tmp_path, port=8080, base_env={}).environment()
+    assert env["AGENTSITE_EMAIL_SITE_URL"] == "http://127.0.0.1:8080"
+
+    configured = {"AGENTSITE_EMAIL_SITE_URL": "https://agents.example.com"}
+    env = Cluster(tmp_path, port=8080, base_env=configured).environment()
+    assert env["AGENTSITE_EMAIL_SITE_URL"] == "https://agents.example.com"
