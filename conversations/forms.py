@@ -22,7 +22,8 @@ class NewConversationForm(forms.Form):
         names = registry.agent_names()
         field = self.fields["agent"]
         assert isinstance(field, forms.ChoiceField)
-        field.choices = [(name, name) for name in names]
+        # Each by its own name ("Support desk"), as the chat's header names it.
+        field.choices = [(name, registry.display_name(name)) for name in names]
         self.show_choice = len(names) > 1
 
     def agent_name(self) -> str:

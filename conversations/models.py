@@ -40,6 +40,15 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
         """The conversations `user` opened from `since` on: what the rate limit counts."""
         return self.filter(owner=user, created__gte=since)
 
+    def untouched(self) -> ConversationQuerySet:
+        """Opened and never used: no title, no item on any version, no run. The list leaves
+        them out, and a new conversation with the same agent reuses one."""
+        return self.filter(title="", items__isnull=True, runs__isnull=True)
+
+    def touched(self) -> ConversationQuerySet:
+        """All but the `untouched` ones."""
+        return self.exclude(pk__in=self.untouched().values("pk"))
+
     def with_first_message(self) -> ConversationQuerySet:
         """Each with `first_message`: the payload of the first user message of the version it
         is on (None before one), what a list shows of a conversation without a title."""

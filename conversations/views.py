@@ -178,6 +178,7 @@ def _chats_page(request: HttpRequest, status: int = 200) -> HttpResponse:
     )
     conversations = (
         Conversation.objects.owned_by(request.user)
+        .touched()  # one opened and left unused is not listed (the next New reuses it)
         .with_first_message()
         .annotate(latest_status=Subquery(latest_status))
         .order_by("-updated", "-pk")
@@ -199,6 +200,8 @@ class _ChatRow:
     activity: str
     status: str
     state: str
+    # Who answers it now, by its own name ("Billing" after a handoff), as its header says.
+    agent: str = ""
 
     @classmethod
     def of(cls, conversation: Conversation) -> _ChatRow:
@@ -206,6 +209,7 @@ class _ChatRow:
         status = str(getattr(conversation, "latest_status", None) or "")
         return cls(
             conversation=conversation,
+            agent=answering(conversation),
             preview=formatting.preview(text, PREVIEW_CHARS) if text else "",
             activity=formatting.ago(conversation.updated, detailed=True),
             status=status,
@@ -220,6 +224,17 @@ def chat_new(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Choose one of the agents in the list.")
         return redirect("chats")
+    agent_name = form.agent_name()
+    # One opened with this agent and never used is the new one: no pile of empty ones.
+    unused = (
+        Conversation.objects.owned_by(request.user)
+        .untouched()
+        .filter(agent_name=agent_name, current_agent__in=["", agent_name])
+        .order_by("-pk")
+        .first()
+    )
+    if unused is not None:
+        return redirect("chat", session_id=unused.session_id)
     limit = settings.AGENTSITE_CONVERSATIONS_PER_HOUR
     since = timezone.now() - timedelta(hours=1)
     if limit > 0 and Conversation.objects.started_since(request.user, since).count() >= limit:
@@ -229,9 +244,7 @@ def chat_new(request: HttpRequest) -> HttpResponse:
             "Continue one of these, or try again later.",
         )
         return _chats_page(request, status=429)
-    conversation = Conversation.objects.create(
-        owner=cast(Any, request.user), agent_name=form.agent_name()
-    )
+    conversation = Conversation.objects.create(owner=cast(Any, request.user), agent_name=agent_name)
     return redirect("chat", session_id=conversation.session_id)
 
 

@@ -15,6 +15,7 @@ import pytest
 from cryptography.fernet import Fernet
 from django.db.backends import utils as db_utils
 from django.test import Client
+from django.urls import reverse
 
 from approvals.models import ApprovalRequest
 from conversations.actions import BUSY_WAITING, BUSY_WORKING, UNREADABLE
@@ -103,7 +104,36 @@ def test_it_lists_only_her_own_conversations_newest_first(
     assert "where is order 7?" in body  # the first message, as the preview of an untitled chat
     assert body.index("where is order 7?") < body.index("Refund &lt;b&gt;")
     assert f"/chats/{newer.session_id}/" in body and f"/chats/{older.session_id}/" in body
-    assert "support" in body and " ago" in body
+    # Who answers, by its own name as the chat's header says it, not the registry's key.
+    assert '<span class="agent-chip">Support desk</span>' in body and " ago" in body
+    assert ">support<" not in body
+
+
+def test_the_list_names_the_agent_that_answers_now(client_for_alice: Client, alice: Any) -> None:
+    handed = make_conversation(owner=alice, agent_name="support", current_agent="support/Billing")
+    add_items(handed, [user_message("I have a billing question")])
+
+    body = client_for_alice.get("/chats/").content.decode()
+
+    assert '<span class="agent-chip">Billing</span>' in body
+
+
+def test_a_conversation_opened_and_left_unused_is_not_listed_and_is_reused(
+    client_for_alice: Client, alice: Any
+) -> None:
+    first = client_for_alice.post(reverse("chat_new"), {})
+    again = client_for_alice.post(reverse("chat_new"), {})
+
+    assert first["Location"] == again["Location"]  # the same empty one, not a second
+    assert Conversation.objects.filter(owner=alice).count() == 1
+    listing = client_for_alice.get("/chats/").content.decode()
+    assert "No conversations yet" in listing
+    assert first["Location"] not in listing
+
+    used = Conversation.objects.get(owner=alice)
+    add_items(used, [user_message("where is order 44")])
+    assert first["Location"] in client_for_alice.get("/chats/").content.decode()
+    assert client_for_alice.post(reverse("chat_new"), {})["Location"] != first["Location"]
 
 
 def test_it_starts_a_new_conversation_with_the_only_agent(
@@ -611,3 +641,18 @@ def test_a_page_showing_a_finished_run_does_not_poll(
     make_run(conversation=conversation, status=status, final_output="Done.")
     history = client_for_alice.get(f"/chats/{conversation.session_id}/history/").content.decode()
     assert 'hx-trigger="every' not in history
+
+
+@pytest.mark.usefixtures("fresh_registry")
+def test_the_agent_picker_names_each_agent_by_its_own_name(
+    client_for_alice: Client, settings: Any
+) -> None:
+    settings.AGENTSITE_AGENTS = {
+        "support": "demo.agents.support_desk",
+        "billing": "demo.agents.billing",
+    }
+
+    body = client_for_alice.get("/chats/").content.decode()
+
+    assert '<option value="support">Support desk</option>' in body
+    assert '<option value="billing">Billing</option>' in body

@@ -74,8 +74,10 @@ def test_it_refuses_new_conversations_past_the_hourly_limit(settings: Any) -> No
     settings.AGENTSITE_CONVERSATIONS_PER_HOUR = 2
     alice = make_user()
     client = client_of(alice)
-    for _ in range(2):
+    for number in range(2):
         assert client.post(reverse("chat_new"), {}).status_code == 302
+        # Used: the next New opens another (an unused one would be reused, counting nothing).
+        Conversation.objects.filter(owner=alice).update(title=f"Chat {number}")
     response = client.post(reverse("chat_new"), {})
     assert response.status_code == 429
     assert "You are starting conversations too fast: at most 2 an hour." in (
