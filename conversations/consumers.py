@@ -31,7 +31,7 @@ from conversations.rendering import (
 from conversations.session import open_session
 from engine import events
 from engine.access import GuardedConsumer
-from engine.models import RunStatus
+from engine.models import AgentRun, RunStatus
 
 if TYPE_CHECKING:
     from engine.permissions import User
@@ -47,6 +47,11 @@ def _owned_conversation(user: User, session_id: str) -> tuple[int, str] | None:
     return (found[0], found[1]) if found else None
 
 
+def _latest_run_pk(conversation_pk: int) -> int:
+    runs = AgentRun.objects.filter(conversation_id=conversation_pk).order_by("-pk")
+    return runs.values_list("pk", flat=True).first() or 0
+
+
 def _render_run(
     conversation_pk: int,
     run_id: int,
@@ -54,6 +59,7 @@ def _render_run(
     show_calls: bool,
     user_pk: int | None = None,
     turns: list[int] | None = None,
+    insert: bool = False,
 ) -> str:
     conversation = Conversation.objects.filter(pk=conversation_pk).first()
     if conversation is None:
@@ -75,7 +81,7 @@ def _render_run(
         },
     )
     context = {"view": view, "show_calls": show_calls}
-    if view.run.status == RunStatus.QUEUED:
+    if insert or view.run.status == RunStatus.QUEUED:
         context["after"] = previous_run_pk(view.run)
         return render_to_string("conversations/chat.html#run-inserted", context) + header
     return render_to_string("conversations/chat.html#run", context) + header
@@ -84,6 +90,7 @@ def _render_run(
 class ConversationConsumer(GuardedConsumer):
     group: str | None = None
     user_pk: int | None = None
+    shown_up_to: int = 0
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -98,6 +105,12 @@ class ConversationConsumer(GuardedConsumer):
             return
         self.conversation_pk, self.session_id = found
         self.user_pk = user.pk
+        # The runs the page may lack a block of: those started after this socket opened (the
+        # re-read the page makes on connecting shows the ones before), until one is sent as
+        # a new block. A run is often running, not queued, when its first event is rendered:
+        # sent as an update of a block the page lacks, it went nowhere (oobErrorNoTarget).
+        self.shown_up_to = await database_sync_to_async(_latest_run_pk)(self.conversation_pk)
+        self.inserted: set[int] = set()
         self.show_calls = await database_sync_to_async(shows_calls)(user)
         self.group = events.conversation_group(self.conversation_pk)
         await self.join(self.group)
@@ -154,6 +167,7 @@ class ConversationConsumer(GuardedConsumer):
         session: Any = open_session(self.session_id)
         # Each item with its turn: a finished run's message gets its Edit control.
         rows = await session.get_items_with_turns(HISTORY_ITEMS_SHOWN)
+        insert = run_id > self.shown_up_to and run_id not in self.inserted
         html = await database_sync_to_async(_render_run)(
             self.conversation_pk,
             run_id,
@@ -161,6 +175,9 @@ class ConversationConsumer(GuardedConsumer):
             self.show_calls,
             self.user_pk,
             [turn for turn, _ in rows],
+            insert,
         )
         if html:
+            if insert:
+                self.inserted.add(run_id)
             await self.send(text_data=html)

@@ -23,6 +23,8 @@ from tracing.models import Feedback
 
 NOT_FINISHED = "This reply is not finished yet: you can rate it once it is."
 THANKS = "Thanks for your feedback."
+# After a comment was sent: it is kept, and can be read again under "Your comment".
+COMMENT_SAVED = "Thanks, your comment is saved."
 
 
 @dataclass

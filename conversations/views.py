@@ -57,7 +57,7 @@ from conversations.rendering import (
     shows_calls,
 )
 from conversations.session import open_session
-from engine import registry, runs
+from engine import providers, registry, runs
 from engine.models import AgentRun, RunStatus
 from engine.permissions import is_reviewer
 
@@ -156,8 +156,20 @@ def _chat_page(
         "rename_form": rename_form or RenameForm(initial={"title": conversation.title}),
         "ws_path": f"/ws/chats/{conversation.session_id}/",
         "busy": busy,
+        # An empty chat on the offline model says what it understands.
+        "examples": _examples(conversation) if history.is_empty else [],
     }
-    return render(request, "conversations/chat.html", context, status=status)
+    response = render(request, "conversations/chat.html", context, status=status)
+    response.shown_run = history.run  # type: ignore[attr-defined]
+    return response
+
+
+def _examples(conversation: Conversation) -> list[str]:
+    try:
+        agent = registry.get_agent(conversation.answering_agent)
+    except Exception:
+        return []  # an agent no longer registered: its page says so elsewhere
+    return providers.offline_examples(agent)
 
 
 # --- the list -------------------------------------------------------------------------------
@@ -251,11 +263,26 @@ def chat_new(request: HttpRequest) -> HttpResponse:
 # --- one conversation -----------------------------------------------------------------------
 
 
+# A chat page reached with `?follow=1` (after a message sent without JavaScript) asks the
+# browser to load it again (`Refresh`) while its reply is being written, or more slowly while
+# a reviewer decides: without a script there is no socket and no re-read of its own.
+FOLLOW = "follow"
+FOLLOW_SECONDS = {"active": 3, RunStatus.WAITING: 15}
+
+
 @login_required
 @require_GET
 def chat(request: HttpRequest, session_id: str) -> HttpResponse:
     conversation = _get_conversation_for_user(request, session_id)
-    return _chat_page(request, conversation)
+    response = _chat_page(request, conversation)
+    run = getattr(response, "shown_run", None)
+    if request.GET.get(FOLLOW) and run is not None:
+        seconds = FOLLOW_SECONDS["active"] if run.is_active else FOLLOW_SECONDS.get(run.run.status)
+        if seconds:
+            # Its own address, without the "#composer" it was reached with: a refresh to the
+            # same address and a fragment would only scroll, not load the page again.
+            response["Refresh"] = f"{seconds}; url={request.get_full_path()}"
+    return response
 
 
 @login_required
@@ -271,6 +298,7 @@ def chat_history(request: HttpRequest, session_id: str) -> HttpResponse:
         "show_calls": shows_calls(request.user),
         "title": history.title,
         "answering": answering(conversation),
+        "examples": _examples(conversation) if history.is_empty else [],
     }
     # With the header's title and who answers, swapped out of band: a push missed while the
     # socket was down is made good by this re-read too.
@@ -401,7 +429,9 @@ def chat_send(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             "conversations/chat.html#composer",
             {"conversation": conversation, "form": MessageForm(), "autofocus": True},
         )
-    return redirect(reverse("chat", args=[conversation.session_id]) + "#composer")
+    # A plain post: no script on the page, so nothing will be pushed to it. The page it lands
+    # on reads itself again until the reply is in (`FOLLOW`).
+    return redirect(reverse("chat", args=[conversation.session_id]) + f"?{FOLLOW}=1#composer")
 
 
 def _refused(
@@ -615,8 +645,9 @@ def chat_feedback(request: HtmxHttpRequest, session_id: str, pk: int) -> HttpRes
         return _chat_page(request, conversation, status=400, ratings={run.pk: rating})
     comment = form.cleaned_data["comment"] if "comment" in request.POST else None
     row = feedback.rate(run, request.user, form.cleaned_data["score"], comment)
+    note = feedback.COMMENT_SAVED if comment and comment.strip() else feedback.THANKS
     if request.htmx:
-        rating = feedback.rating_for(run, session_id, row, note=feedback.THANKS)
+        rating = feedback.rating_for(run, session_id, row, note=note)
         return render(request, "conversations/chat.html#feedback", {"rating": rating})
-    messages.success(request, feedback.THANKS)
+    messages.success(request, note)
     return redirect(reverse("chat", args=[session_id]) + f"#feedback-{run.pk}")

@@ -118,6 +118,16 @@ Reply = ToolCall | Say
 class OfflineDemoModel(Model):
     """A `Model` that answers from rules instead of a network. Stateless; safe to share."""
 
+    @staticmethod
+    def examples(tools: Sequence[Tool], handoffs: Sequence[Handoff]) -> list[str]:
+        """What to type to see it act, for an agent with these tools and handoffs: the demo's
+        phrases for its tools, then a `call` line for each tool it has no phrase for (the
+        chat's empty page offers them; `engine.providers.offline_examples`)."""
+        names = {getattr(tool, "name", "") for tool in tools}
+        phrases = [EXAMPLES[name] for name in EXAMPLES if name in names]
+        phrases += [f"I have a {handoff.agent_name.lower()} question" for handoff in handoffs]
+        return phrases + [_example_call(tool.name, tools) for tool in _others(tools)]
+
     async def get_response(
         self,
         system_instructions: str | None,

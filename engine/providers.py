@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
-from agents import ModelSettings, RunConfig
+from agents import Agent, ModelSettings, RunConfig, handoff
 from agents.models.interface import Model, ModelProvider
 from agents.models.openai_provider import OpenAIProvider
 from django.conf import settings
@@ -92,6 +92,19 @@ def offline_model_class() -> type[Model]:
     if not (isinstance(model, type) and issubclass(model, Model)):
         raise ImproperlyConfigured(f"AGENTSITE_OFFLINE_MODEL = {path!r} is not an agents Model.")
     return model
+
+
+def offline_examples(agent: Any, limit: int = 6) -> list[str]:
+    """What a person can type to see `agent` act on the offline model (its optional
+    `examples(tools, handoffs)`); none when a real model serves, or it offers none."""
+    if not provider_info().offline:
+        return []
+    examples = getattr(offline_model_class(), "examples", None)
+    if not callable(examples):
+        return []
+    tools = [tool for tool in getattr(agent, "tools", []) if getattr(tool, "name", "")]
+    handoffs = [handoff(each) if isinstance(each, Agent) else each for each in agent.handoffs]
+    return [str(example) for example in examples(tools, handoffs)][:limit]
 
 
 class OfflineDemoProvider(ModelProvider):

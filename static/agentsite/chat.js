@@ -51,6 +51,15 @@
   } else {
     restoreDraft();
   }
+
+  // An example of the empty chat goes into the message box, for her to send or change.
+  document.addEventListener("click", function (event) {
+    var example = event.target.closest && event.target.closest("[data-example]");
+    var box = document.querySelector("#composer textarea");
+    if (!example || !box) return;
+    box.value = example.dataset.example;
+    box.focus();
+  });
 })();
 
 /* The chat page tells the truth after reloads and pushes.
@@ -198,10 +207,22 @@
     if (document.title !== heading.textContent + suffix) document.title = heading.textContent + suffix;
   }
 
+  // The message box names who answers the next message, as the header does after a push
+  // (a handoff): "Message Billing…".
+  function syncPlaceholder() {
+    var chip = document.getElementById("agent-chip");
+    var box = document.querySelector("#composer textarea");
+    var name = chip && chip.textContent.trim();
+    if (!box || !name || name === "agent") return;
+    var wanted = "Message " + name + "…";
+    if (box.placeholder !== wanted) box.placeholder = wanted;
+  }
+
   function refresh() {
     showAll();
     clearBusyError();
     syncTitle();
+    syncPlaceholder();
   }
 
   // A re-read of the messages is the database as it was when the server read it. Whatever

@@ -127,7 +127,17 @@
     retries += 1;
   });
 
+  // A status the page renders empty says "Connecting…" only once this script runs: without
+  // JavaScript no socket will ever connect, and the page must not say it is trying.
+  function connecting() {
+    document.querySelectorAll("[data-live-status][data-state=connecting]").forEach(function (el) {
+      if (!el.textContent) el.textContent = "Connecting…";
+    });
+  }
+
   document.addEventListener("htmx:oobAfterSwap", syncTitle);
   document.addEventListener("htmx:afterSwap", syncTitle);
   document.addEventListener("DOMContentLoaded", syncTitle);
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", connecting);
+  else connecting();
 })();

@@ -77,7 +77,10 @@ def test_an_approval_travels_live_from_alice_to_rita_and_back(
     expect(page.locator("#pending-rows > li.row-pending")).to_have_count(0)
 
     # alice's chat shows the tool's result and the reply, without reload.
-    expect(chat.locator(".note-tool").last).to_contain_text("cancel_order(order_id=42)")
+    # In plain words for her, with who approved it.
+    note = chat.locator(".note-tool").last
+    expect(note).to_contain_text("Cancel an order that has not been delivered yet (order 42)")
+    expect(note.get_by_test_id("call-outcome")).to_have_text("Approved by rita.")
     expect(chat.locator(".msg-assistant .markdown").last).to_contain_text(
         "cancelled", timeout=15_000
     )

@@ -46,7 +46,7 @@ def test_the_reply_streams_in_and_a_paused_call_shows_live(
     expect(reply).to_contain_text("Here is what I found:")
     expect(reply).to_contain_text("shipped")
     expect(page.locator(".msg-user .bubble").last).to_have_text("where is order 44")
-    expect(page.locator(".note-tool").last).to_contain_text("lookup_order(order_id=44)")
+    expect(page.locator(".note-tool").last).to_contain_text("what was refunded (order 44)")
     lengths = page.evaluate("window.__streamLengths")
     assert len(lengths) >= 3, lengths  # the text grew word by word before the final reply
     assert lengths == sorted(lengths)

@@ -47,7 +47,9 @@ def test_a_thumbs_down_with_a_comment_on_a_live_reply_then_the_reload_shows_it(
     expect(comment).to_be_focused()  # the box it opened, ready to type in
     comment.fill("It did not say when it arrives.")
     page.get_by_role("button", name="Send comment").click()
-    expect(page.get_by_role("status").filter(has_text="Thanks for your feedback.")).to_be_visible()
+    expect(
+        page.get_by_role("status").filter(has_text="Thanks, your comment is saved.")
+    ).to_be_visible()
     assert page.evaluate("window.__sameDocument === true")  # no reload
     page.screenshot(path=SHOTS.format("chat-rated"), full_page=True, caret="initial")
 
@@ -124,6 +126,9 @@ def test_without_javascript_the_buttons_post_and_come_back_pressed(
     page.get_by_label("What was wrong, or right? (optional)").fill("Too vague.")
     page.get_by_role("button", name="Send comment").click()
     expect(page.get_by_label("What was wrong, or right? (optional)")).to_have_value("Too vague.")
+    expect(page.get_by_text("Thanks, your comment is saved.")).to_be_visible()
     assert list(Feedback.objects.values_list("score", "comment")) == [(-1, "Too vague.")]
+    # No script, no socket: the page does not say it is connecting.
+    expect(page.get_by_text("Connecting…")).to_have_count(0)
     page.screenshot(path=SHOTS.format("chat-no-js"), full_page=True, caret="initial")
     context.close()

@@ -59,7 +59,7 @@ def test_alice_asks_rita_approves_and_alice_sees_the_reply_through_nginx(
     row.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("#pending-rows > li.row-pending")).to_have_count(0)
 
-    expect(chat.locator(".note-tool").last).to_contain_text("cancel_order(order_id=44)")
+    expect(chat.locator(".note-tool").last).to_contain_text("not been delivered yet (order 44)")
     expect(chat.locator(".msg-assistant .markdown").last).to_contain_text(
         "cancelled", timeout=15_000
     )

@@ -112,7 +112,8 @@ def test_a_thumbs_down_with_a_comment_without_javascript_and_the_reload_shows_it
 
     html = client_for_alice.get(response["Location"]).content.decode()
     assert pressed(html, first) == {"thumbs-up": "false", "thumbs-down": "true"}
-    assert "The date is wrong." in html and "Thanks for your feedback." in html
+    # The comment is confirmed as saved, not only thanked for like a thumb.
+    assert "The date is wrong." in html and "Thanks, your comment is saved." in html
     assert re.search(
         rf'<form id="feedback-{first.pk}".*?<details class="feedback-more" open>', html, re.S
     )
