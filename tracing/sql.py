@@ -118,7 +118,14 @@ def _seconds() -> str:
     started, ended = qualified(Span, "started_at"), qualified(Span, "ended_at")
     if connection.vendor == "postgresql":
         return f"EXTRACT(EPOCH FROM ({ended} - {started}))"
-    return f"((julianday({ended}) - julianday({started})) * 86400.0)"
+    # Whole seconds, then the microseconds of the stored text ("YYYY-MM-DD HH:MM:SS.ffffff",
+    # from its 20th character; none: 0). julianday() counts whole milliseconds, which made a
+    # run that never waited seem to wait a fraction of one.
+    # (unixepoch(), not strftime('%s'): the statement takes parameters, "%s" is one.)
+    return (
+        f"((unixepoch({ended}) - unixepoch({started})) + "
+        f"(CAST(substr({ended}, 20) AS REAL) - CAST(substr({started}, 20) AS REAL)))"
+    )
 
 
 def _name(model: type[Any], name: str) -> str:

@@ -291,7 +291,9 @@ def test_a_comment_being_typed_survives_a_re_read(live_site: Any, page: Any, ali
     expect(comment).to_be_focused()
     comment.type(" it arrives.")
     page.get_by_role("button", name="Send comment").click()
-    expect(page.get_by_role("status").filter(has_text="Thanks for your feedback.")).to_be_visible()
+    expect(
+        page.get_by_role("status").filter(has_text="Thanks, your comment is saved.")
+    ).to_be_visible()
     assert Feedback.objects.get().comment == "It did not say when it arrives."
 
 

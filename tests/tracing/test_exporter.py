@@ -6,6 +6,7 @@ import logging
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -559,3 +560,24 @@ def test_a_failing_listener_of_stored_traces_costs_nothing(
         exporter_module._listeners.remove(heard.append)
     assert heard == [[exporter_module.StoredTrace("trace_1", "ok", 3)]]
     assert "a listener of stored traces failed" in caplog.text
+
+
+def test_a_run_that_never_waited_waited_no_time_to_the_microsecond() -> None:
+    """Active time is the sum of the root spans' durations in SQL, the duration the trace's
+    own span times: both to the microsecond (SQLite's julianday counts whole milliseconds, so
+    a run that never waited showed "0.20 ms" of waiting there and "—" on PostgreSQL)."""
+    provider = get_trace_provider()
+    trace = provider.create_trace(name="w")
+    DatabaseExporter().export([trace])
+    span = provider.create_span(GenerationSpanData(model="m"), parent=trace)
+    span.start()
+    span.finish()
+    start = datetime(2026, 11, 30, 10, 0, 0, 900, tzinfo=UTC)
+    span._started_at = start.isoformat()  # type: ignore[attr-defined]
+    span._ended_at = (start + timedelta(microseconds=200)).isoformat()  # type: ignore[attr-defined]
+    DatabaseExporter().export([span])
+
+    row = Trace.objects.get(trace_id=trace.trace_id)
+    assert row.duration_seconds == pytest.approx(0.0002, abs=1e-9)
+    assert row.active_seconds == pytest.approx(0.0002, abs=1e-9)
+    assert row.waiting_seconds == pytest.approx(0.0, abs=1e-9)
