@@ -65,7 +65,7 @@ def test_her_chat_shows_the_reviewer_s_edit_in_money(
     expect(note).to_contain_text("Refunded $60.00")
     assert outcome.evaluate(CONTRAST) >= 4.5
     assert still_same_document(page)
-    page.screenshot(path=screenshots / "chat-edited-desktop.png", full_page=True)
+    page.screenshot(path=screenshots / "chat-edited.png", full_page=True)
     page.set_viewport_size(PHONE)
     expect(outcome).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
