@@ -699,6 +699,10 @@ def call_for(request: ApprovalRequest, edited: Any = None) -> Call:
     arguments = request.arguments if edited is None else edited
     sheet = registry.request_sheet(request.run.agent_name, request)
     description = "" if request.kind in MCP_KINDS else sheet.description
+    if isinstance(arguments, dict):
+        # In the tool's order (PostgreSQL's jsonb keeps keys in an order of its own).
+        place = {name: index for index, (name, _) in enumerate(sheet.properties)}
+        arguments = dict(sorted(arguments.items(), key=lambda item: place.get(item[0], len(place))))
     return Call(
         plain=plain_call(
             description,
