@@ -410,40 +410,6 @@ def call_for(
     return Call(agent_name, tool_name, arguments, review.auto_approve, review)
 
 
-@dataclass(frozen=True)
-class KnownTool:
-    agent_name: str
-    tool_name: str
-    description: str
-    arguments: tuple[str, ...]
-
-
-def known_tools() -> list[KnownTool]:
-    """Every tool of every agent reachable from the registered ones, for the rule forms'
-    suggestions: agent name, tool name, its description's first line, its arguments."""
-    found: dict[tuple[str, str], KnownTool] = {}
-    for start_name in registry.agent_names():
-        try:
-            start = registry.get_agent(start_name)
-        except Exception:
-            continue
-        for agent in registry.walk(start):
-            for tool in agent.tools:
-                name = getattr(tool, "name", None)
-                if not isinstance(name, str) or (agent.name, name) in found:
-                    continue
-                schema = getattr(tool, "params_json_schema", None) or {}
-                properties = schema.get("properties") if isinstance(schema, dict) else None
-                description = str(getattr(tool, "description", "") or "").strip()
-                found[agent.name, name] = KnownTool(
-                    agent.name,
-                    name,
-                    description.splitlines()[0] if description else "",
-                    tuple(properties) if isinstance(properties, dict) else (),
-                )
-    return list(found.values())
-
-
 # --- the gate: rules over tools that need no approval of their own ------------------------------
 
 # How long a process keeps the rules it read for its gates; a change in this process clears

@@ -471,6 +471,29 @@ def test_staff_manage_rules_in_the_admin_with_conditions_checked(admin_client: C
     assert policies.describe(policy) == "approve automatically: issue_refund when amount <= 20"
 
 
+@pytest.mark.django_db
+def test_the_admin_refuses_a_tool_no_agent_has_unless_told_to_save_anyway(
+    admin_client: Client,
+) -> None:
+    add = reverse("admin:approvals_approvalpolicy_add")
+    fields = {
+        "name": "approve refunds ≤ 20",
+        "enabled": "on",
+        "priority": "10",
+        "tool_name": "issue_refunds",
+        "agent_name": "",
+        "action": "approve",
+    } | conditions_post(("amount", "<=", "value", "20"))
+    refused = admin_client.post(add, fields)
+    assert refused.status_code == 200 and not ApprovalPolicy.objects.exists()
+    page = refused.content.decode()
+    assert "No registered agent has a tool called “issue_refunds”" in page
+    assert "Did you mean issue_refund?" in page
+    saved = admin_client.post(add, fields | {"save_anyway": "on"})
+    assert saved.status_code == 302
+    assert ApprovalPolicy.objects.get().tool_name == "issue_refunds"
+
+
 @pytest.mark.parametrize(
     ("row", "error"),
     [
