@@ -452,6 +452,7 @@ class PolicyForm(forms.ModelForm[ApprovalPolicy]):
             "tool_name",
             "save_anyway",
             "action",
+            "requires_no_warnings",
             "message",
             "on_expiry",
             "escalate_to",
@@ -495,6 +496,8 @@ class PolicyForm(forms.ModelForm[ApprovalPolicy]):
             self.add_error("escalate_to", "Name the group to escalate to.")
         elif on_expiry == ExpiryAction.ESCALATE and not Group.objects.filter(name=group).exists():
             self.add_error("escalate_to", f"There is no group called “{group}”.")
+        if data.get("action") != PolicyAction.APPROVE:
+            data["requires_no_warnings"] = False  # only an approving rule reads the facts
         return data
 
     def _check_names(self, data: dict[str, Any]) -> None:

@@ -549,6 +549,27 @@ def test_a_refusal_says_which_mcp_server_did_not_list_its_tools_in_time(
     assert "The MCP server ledger did not list its tools just now" in text(response)
 
 
+def test_a_new_approving_rule_requires_no_warnings_unless_unticked_and_the_list_says_which(
+    client: Client, rita: Any
+) -> None:
+    html = text(client.get(reverse("policy_new")))
+    box = (
+        html.split('name="requires_no_warnings"')[0].rsplit("<input", 1)[1]
+        + html.split('name="requires_no_warnings"')[1].split(">")[0]
+    )
+    assert "checked" in box
+
+    client.post(reverse("policy_new"), rule_data(requires_no_warnings="on"))
+    client.post(reverse("policy_new"), rule_data(name="Any refund up to 20"))
+    careful, lax = ApprovalPolicy.objects.order_by("pk")
+    assert careful.requires_no_warnings and not lax.requires_no_warnings
+    listing = text(client.get(reverse("policies")))
+    careful_row = listing.split(f'id="policy-{careful.pk}"')[1].split("</li>")[0]
+    lax_row = listing.split(f'id="policy-{lax.pk}"')[1].split("</li>")[0]
+    assert "only with no warnings" in careful_row
+    assert "even with warnings" in lax_row
+
+
 # --- escaping -------------------------------------------------------------------------------
 
 

@@ -200,7 +200,14 @@ def test_a_tool_no_agent_has_is_refused_naming_the_closest_and_mcp_tools_are_sug
         expect(page.locator(f'#known-tools option[value="{tool}"]')).to_have_count(1)
     for agent in ("Support desk", "Billing", "Researcher", "Warehouse"):
         expect(page.locator(f'#known-agents option[value="{agent}"]')).to_have_count(1)
+    # A new approving rule approves only what the facts do not warn about, unless unticked;
+    # a rule that rejects or asks has no such box.
+    warnings = page.get_by_label("Approve only when the facts show no warnings")
+    expect(warnings).to_be_checked()
+    page.get_by_label("Action").select_option("reject")
+    expect(warnings).to_be_hidden()
     page.get_by_label("Action").select_option("approve")
+    expect(warnings).to_be_visible()
 
     page.get_by_label("Name").fill("Refunds up to $60 go through")
     page.locator("#id_tool_name").fill("issue_refunds")
@@ -215,22 +222,26 @@ def test_a_tool_no_agent_has_is_refused_naming_the_closest_and_mcp_tools_are_sug
     anyway = page.get_by_label("Save anyway (the agent or tool may come later)")
     expect(anyway).to_be_visible()
     expect(anyway).not_to_be_checked()
+    expect(warnings).to_be_checked()
     assert not ApprovalPolicy.objects.exists()
     FORM_SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(FORM_SHOTS / "policy-error-desktop.png"), full_page=True)
     page.set_viewport_size(PHONE)
     page.screenshot(path=str(FORM_SHOTS / "policy-error-phone.png"), full_page=True)
-    # What a phone shows at once: the refusal with its box.
-    error.evaluate("element => element.scrollIntoView({block: 'center'})")
-    page.screenshot(path=str(FORM_SHOTS / "policy-error-phone-screen.png"))
+    # What a phone shows at once: the refusal with its box, then the facts' box.
+    for name, target in (("error", error), ("warnings", warnings)):
+        target.evaluate("element => element.scrollIntoView({block: 'center'})")
+        page.screenshot(path=str(FORM_SHOTS / f"policy-{name}-phone-screen.png"))
     page.set_viewport_size(DESKTOP)
 
-    # The suggestion taken: saved.
+    # The suggestion taken: saved, and the list says it needs no warnings.
     page.locator("#id_tool_name").fill("issue_refund")
     page.get_by_role("button", name="Create rule").click()
     expect(page.locator(".flash-success")).to_contain_text("created")
     policy = ApprovalPolicy.objects.get()
-    assert policy.tool_name == "issue_refund"
+    assert (policy.tool_name, policy.requires_no_warnings) == ("issue_refund", True)
+    row = page.locator(f"#policy-{policy.pk}")
+    expect(row.locator("[data-policy-warnings]")).to_contain_text("only with no warnings")
 
     # A tool that comes later: refused, then saved once confirmed; the list says it matches
     # no call yet.
