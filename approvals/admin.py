@@ -199,6 +199,7 @@ class ApprovalPolicyAdmin(admin.ModelAdmin):
         "name",
         "enabled",
         "action",
+        "requires_no_warnings",
         "on_expiry",
         "agent_name",
         "tool_name",

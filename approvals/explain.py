@@ -207,7 +207,11 @@ def _policy_lines(
                 request.server,
             )
             now = policies.evaluate(
-                rules, call, users.get(request.run.requested_by_id, policies.User())
+                rules,
+                call,
+                users.get(request.run.requested_by_id, policies.User()),
+                # What the reviewer reads of it (read with the page's, or now when needed).
+                facts=_facts_of(request),
             )
             if then is not None and (now.policy_id, now.action) == (then.policy_id, then.action):
                 now = None
@@ -215,6 +219,13 @@ def _policy_lines(
             then = None  # no rule then, none now: nothing to say
         lines[request.pk] = (then, now)
     return lines
+
+
+def _facts_of(request: ApprovalRequest) -> policies.FactsReader:
+    def read(call: policies.Call) -> facts.Facts:
+        return facts.for_request(request)
+
+    return read
 
 
 def for_request(request: ApprovalRequest) -> Explanation:

@@ -31,7 +31,7 @@ from approvals.models import (
     PolicyCondition,
     ToolKind,
 )
-from engine import registry, runs
+from engine import catalogue, registry, runs
 
 MAX_BULK = 200
 
@@ -431,6 +431,17 @@ TEXT_OPERATORS = (
 
 
 class PolicyForm(forms.ModelForm[ApprovalPolicy]):
+    """A rule, checked so that it can match a call: the agent and tool it names must be ones
+    a call can carry (`engine.catalogue.unknown_names`), unless its writer says to save it anyway
+    (an agent or tool that comes later). Only a name that changed is checked."""
+
+    save_anyway = forms.BooleanField(
+        label="Save anyway (the agent or tool may come later)",
+        required=False,
+        help_text="Only for an agent or tool that no registered agent has yet: the rule "
+        "matches no call until one does.",
+    )
+
     class Meta:
         model = ApprovalPolicy
         fields = [
@@ -439,7 +450,9 @@ class PolicyForm(forms.ModelForm[ApprovalPolicy]):
             "priority",
             "agent_name",
             "tool_name",
+            "save_anyway",
             "action",
+            "requires_no_warnings",
             "message",
             "on_expiry",
             "escalate_to",
@@ -450,11 +463,22 @@ class PolicyForm(forms.ModelForm[ApprovalPolicy]):
             "description": forms.Textarea(attrs={"rows": 2}),
         }
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The names no call carries, as the last validation found them (saved anyway or not).
+        self.unknown_names: list[catalogue.UnknownName] = []
+
+    @property
+    def changed_data(self) -> list[str]:
+        # What changed on the rule (the admin's history says so): not the confirmation.
+        return [name for name in super().changed_data if name != "save_anyway"]
+
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         for name in ("name", "agent_name", "tool_name"):
             if isinstance(data.get(name), str):
                 data[name] = data[name].strip()
+        self._check_names(data)
         if data.get("message", "").strip() and data.get("action") != PolicyAction.REJECT:
             self.add_error(
                 "message",
@@ -472,7 +496,22 @@ class PolicyForm(forms.ModelForm[ApprovalPolicy]):
             self.add_error("escalate_to", "Name the group to escalate to.")
         elif on_expiry == ExpiryAction.ESCALATE and not Group.objects.filter(name=group).exists():
             self.add_error("escalate_to", f"There is no group called “{group}”.")
+        if data.get("action") != PolicyAction.APPROVE:
+            data["requires_no_warnings"] = False  # only an approving rule reads the facts
         return data
+
+    def _check_names(self, data: dict[str, Any]) -> None:
+        names = ("agent_name", "tool_name")
+        if not any(name in self.changed_data for name in names):
+            return  # as saved before: checked then, or saved anyway
+        if any(name in self.errors for name in names):
+            return
+        self.unknown_names = catalogue.unknown_names(
+            str(data.get("agent_name") or ""), str(data.get("tool_name") or "")
+        )
+        if not data.get("save_anyway"):
+            for problem in self.unknown_names:
+                self.add_error(problem.field, problem.message)
 
 
 class PolicyConditionForm(forms.ModelForm[PolicyCondition]):

@@ -525,6 +525,15 @@ class ApprovalPolicy(models.Model):
     description = models.TextField(
         blank=True, max_length=2000, help_text="Why the rule exists, for reviewers."
     )
+    # Read only for an approving rule. Rules written before it existed keep False (approvals
+    # 0020): they approved whatever the facts said, and still do until someone ticks it.
+    requires_no_warnings = models.BooleanField(
+        "approve only when the facts show no warnings",
+        default=True,
+        help_text="For an approving rule. The facts are what reviewers read of what a call "
+        "would touch (an order already cancelled, more than is left to refund): a call they "
+        "warn about, or whose facts cannot be read, goes to a person instead.",
+    )
     # For the calls it sends to a person (an "ask" rule, or an approve the tool's author
     # refuses): what happens when nobody decides in time. Empty: the tool's own (`review`).
     on_expiry = models.CharField(

@@ -34,7 +34,7 @@ from approvals.models import (
     PolicyCondition,
 )
 from approvals.views import pending_count
-from engine import policies
+from engine import catalogue
 from engine.permissions import allowed_only, can_manage_policies
 
 # 403 for a signed-in user who may not write rules (stack under login_required).
@@ -110,20 +110,39 @@ def _header_context() -> dict[str, Any]:
 
 
 def _suggestions() -> dict[str, Any]:
-    """What the forms suggest: the agents, tools and argument names of the registered agents."""
-    known = policies.known_tools()
+    """What the forms suggest: every agent reachable from the registered ones, and the tools
+    and argument names of each, their MCP servers' included (`engine.catalogue`)."""
+    known = catalogue.catalogue()
     tools: dict[str, str] = {}
     arguments: dict[str, list[str]] = {}
-    for tool in known:
-        tools.setdefault(tool.tool_name, tool.description)
+    for tool in known.tools:
+        # The server first: the page shortens a long description.
+        served = f"MCP server {tool.server}" if tool.server else ""
+        described = ": ".join(part for part in (served, tool.description) if part)
+        tools.setdefault(tool.tool_name, described)
         for argument in tool.arguments:
             used_by = arguments.setdefault(argument, [])
             if tool.tool_name not in used_by:
                 used_by.append(tool.tool_name)
     return {
-        "known_agents": sorted({tool.agent_name for tool in known}),
+        "known_agents": list(known.agents),
         "known_tools": sorted(tools.items()),
         "known_arguments": sorted((name, ", ".join(used)) for name, used in arguments.items()),
+        "unlisted_servers": known.unlisted,
+    }
+
+
+def _unknown_in(rules: list[ApprovalPolicy]) -> dict[int, list[str]]:
+    """For each rule that names an agent or tool no call carries (saved anyway, or gone
+    since), why it matches no call. The MCP servers are asked only when a name is not found
+    without them."""
+    named = [rule for rule in rules if rule.agent_name or rule.tool_name]
+    if not named:
+        return {}
+    found = catalogue.unknown_in([(rule.agent_name, rule.tool_name) for rule in named])
+    return {
+        rule.pk: [problem.message for problem in problems]
+        for rule, problems in zip(named, found, strict=True)
     }
 
 
@@ -136,8 +155,10 @@ def _suggestions() -> dict[str, Any]:
 def policy_list(request: HttpRequest) -> HttpResponse:
     """Every rule in precedence order, each in words, with its switch."""
     rules = list(_listed())
+    unknown = _unknown_in(rules)
     for rule in rules:
         rule.condition_words = [condition_words(c) for c in rule.conditions.all()]  # type: ignore[attr-defined]
+        rule.unknown_names = unknown.get(rule.pk, [])  # type: ignore[attr-defined]
     context = {
         "rules": rules,
         "enabled_count": sum(1 for rule in rules if rule.enabled),
@@ -202,7 +223,16 @@ def _edit(request: HttpRequest, policy: ApprovalPolicy | None) -> HttpResponse:
                 _log(request.user, instance, ADDITION if adding else CHANGE, change)
             verb = "created" if adding else "saved"
             when = "from the next pause" if instance.enabled else "once it is turned on"
-            messages.success(request, f"Rule “{instance.name}” {verb}: it applies {when}.")
+            if form.unknown_names:
+                # Saved anyway: the list says so too, beside the rule.
+                missing = " and ".join(problem.missing for problem in form.unknown_names)
+                messages.warning(
+                    request,
+                    f"Rule “{instance.name}” saved although {missing}: it matches no call "
+                    "until one does.",
+                )
+            else:
+                messages.success(request, f"Rule “{instance.name}” {verb}: it applies {when}.")
             return HttpResponseRedirect(reverse("policies") + f"#policy-{instance.pk}")
         status = 400
     else:

@@ -147,30 +147,66 @@ def seed_orders(*, reset: bool = False) -> int:
 
 # The demo's approval policy (engine/policies.py), for rita's policy pages. It is seeded off:
 # `seed_demo` seeds every cluster (agentsite/cluster.py), and the soak benchmark (bench/soak.py)
-# counts on each of its $0.01 refunds waiting for a reviewer. Turn it on in the inbox's
-# Policies tab and a $15 refund on an order already refunded $40 goes through unasked.
+# counts on each of its refunds waiting for a reviewer. The demo's issue_refund asks a reviewer
+# only for a refund that brings an order's refunds above $50 (demo/tools.py), so the rule
+# approves up to $60: turned on in the inbox's Policies tab, "refund 60 on order 42" goes
+# through unasked, while "refund 60 on order 46" (only $32 is left to refund: the facts warn)
+# and "refund 80 on order 42" (above $60) wait for a reviewer.
 DEMO_POLICY: dict[str, Any] = {
-    "name": "Small refunds go through",
+    "name": "Refunds up to $60 go through",
     "enabled": False,
     "priority": 10,
     "tool_name": "issue_refund",
     "action": PolicyAction.APPROVE,
+    "requires_no_warnings": True,
+    "description": "A refund of $60 or less is approved without a reviewer, unless the order's "
+    "facts warn (an order already cancelled, more than is left to refund). Refunds that keep an "
+    "order's total at $50 or less need nobody anyway.",
+}
+DEMO_POLICY_LIMIT = "60"
+
+# The example this seed wrote before (approve refunds up to $20), which the demo's $50 threshold
+# never let see a call: replaced when nobody changed it, kept as it is otherwise.
+EARLIER_POLICY = {
+    "name": "Small refunds go through",
+    "enabled": False,
+    "priority": 10,
+    "agent_name": "",
+    "tool_name": "issue_refund",
+    "action": PolicyAction.APPROVE,
+    "message": "",
+    "on_expiry": "",
     "description": "A refund of $20 or less is approved without a reviewer, even when the "
     "order's refunds are above the $50 that otherwise asks for one.",
+    "updated_by": None,
 }
 
 
 def seed_policies() -> int:
     """Create the demo's approval policy when no rule of its name exists (one changed or
-    turned on since is kept as it is). Returns how many rules were created."""
+    turned on since is kept as it is), in place of the earlier example if nobody touched it.
+    Returns how many rules were created."""
+    _drop_untouched_earlier_policy()
     policy, created = ApprovalPolicy.objects.get_or_create(
         name=DEMO_POLICY["name"], defaults=DEMO_POLICY
     )
     if created:
         PolicyCondition.objects.create(
-            policy=policy, argument="amount", operator=ConditionOperator.AT_MOST, value="20"
+            policy=policy,
+            argument="amount",
+            operator=ConditionOperator.AT_MOST,
+            value=DEMO_POLICY_LIMIT,
         )
     return int(created)
+
+
+def _drop_untouched_earlier_policy() -> None:
+    earlier = ApprovalPolicy.objects.filter(**EARLIER_POLICY).first()
+    if earlier is None or earlier.decisions.exists():
+        return
+    conditions = list(earlier.conditions.values_list("argument", "operator", "value"))
+    if conditions == [("amount", ConditionOperator.AT_MOST, "20")]:
+        earlier.delete()
 
 
 # The offline demo model costs nothing; it is priced here as gpt-4.1-mini is, so that the demo's

@@ -12,6 +12,10 @@ bounded number of times.
 A hook that raises, or takes longer than `TIMEOUT_SECONDS`, never breaks the inbox: its calls
 show "facts unavailable", and the failure is logged. So a hook runs in a thread of its own
 (with its own database connection, closed after it), which the page waits for that long.
+
+An approval policy that approves only when the facts show no warnings (`engine.policies`)
+reads a paused call's facts the same way (`read`): the same hook, arguments, user and time
+limit, so it sees what the reviewer would.
 """
 
 from __future__ import annotations
@@ -67,7 +71,13 @@ def hook_for(request: ApprovalRequest) -> FactsHook | None:
     # An MCP server's tool gets the hook declared for it (`review(server, tool_name=...)`), never
     # one of an agent's tool of the same name.
     sheet = registry.request_sheet(run.agent_name if run else None, request)
-    return sheet.review.facts or _registered.get(request.tool_name)
+    return hook_of(sheet.review, request.tool_name)
+
+
+def hook_of(review: registry.Review, tool_name: str) -> FactsHook | None:
+    """The facts hook of a tool its author declared `review` for: its own, else one
+    registered for its name."""
+    return review.facts or _registered.get(tool_name)
 
 
 def _fact(item: Any) -> Fact:
@@ -104,6 +114,22 @@ def _within_time(
     return answer[0] if answer else None
 
 
+def read(hook: FactsHook, calls: Sequence[tuple[Any, Any]], what: str) -> list[Facts]:
+    """The facts `hook` gives of each of `calls` ((arguments, user) pairs; arguments that are
+    not an object are read as none), in one call within `TIMEOUT_SECONDS`; None for each when
+    it fails, is too slow or answers malformed (logged). `what`: the tools, for the log."""
+    given = [(arguments if isinstance(arguments, dict) else {}, user) for arguments, user in calls]
+    found = _within_time(hook, given, what)
+    try:
+        facts = [[_fact(item) for item in f] for f in found] if found is not None else None
+        if facts is not None and len(facts) != len(given):
+            raise ValueError(f"{len(facts)} lists of facts for {len(given)} calls")
+    except Exception:
+        logger.exception("[non-fatal] The facts of %s requests are malformed.", what)
+        facts = None
+    return list(facts) if facts is not None else [None] * len(given)
+
+
 def attach(requests: Iterable[ApprovalRequest]) -> None:
     """Read the facts of `requests` (one call per hook) and keep them on each request."""
     by_hook: dict[int, tuple[FactsHook, list[ApprovalRequest]]] = {}
@@ -115,21 +141,10 @@ def attach(requests: Iterable[ApprovalRequest]) -> None:
         if hook is not None:
             by_hook.setdefault(id(hook), (hook, []))[1].append(request)
     for hook, group in by_hook.values():
-        calls = [
-            (r.arguments if isinstance(r.arguments, dict) else {}, r.run.requested_by)
-            for r in group
-        ]
+        calls = [(r.arguments, r.run.requested_by) for r in group]
         what = ", ".join(sorted({r.tool_name for r in group}))
-        found = _within_time(hook, calls, what)
-        try:
-            facts = [[_fact(item) for item in f] for f in found] if found is not None else None
-            if facts is not None and len(facts) != len(group):
-                raise ValueError(f"{len(facts)} lists of facts for {len(group)} calls")
-        except Exception:
-            logger.exception("[non-fatal] The facts of %s requests are malformed.", what)
-            facts = None
-        for index, request in enumerate(group):
-            setattr(request, ATTRIBUTE, facts[index] if facts is not None else None)
+        for request, facts in zip(group, read(hook, calls, what), strict=True):
+            setattr(request, ATTRIBUTE, facts)
 
 
 def for_request(request: ApprovalRequest) -> Facts:

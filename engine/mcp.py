@@ -21,6 +21,11 @@ a copy of its own, opened in the run's `scope`:
 
 Outside a scope (a script that runs a registered agent itself) a `RunServer` is the server
 it stands for, which that script connects as the SDK documents.
+
+Outside a run, the approval policies' forms need the names of the servers' tools (a rule about
+a tool no server lists matches no call): `tools_of` lists them on demand, each server in a
+copy of its own as a run would, waiting at most `LIST_SECONDS`, and keeps what they listed for
+`LISTED_FOR_SECONDS` (a server that did not answer is asked again after `UNLISTED_FOR_SECONDS`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from contextvars import ContextVar
 from typing import Any
@@ -328,7 +335,7 @@ def listing(*, schemas: bool = True) -> dict[str, list[dict[str, Any]]]:
             (
                 {
                     "name": tool.name,
-                    "schema": _input_schema(tool) if schemas else None,
+                    "schema": input_schema(tool) if schemas else None,
                     "needs_approval": _approval(worker.instance, tool),
                 }
                 for tool in worker.tools
@@ -338,7 +345,7 @@ def listing(*, schemas: bool = True) -> dict[str, list[dict[str, Any]]]:
     return listed
 
 
-def _input_schema(tool: Any) -> Any:
+def input_schema(tool: Any) -> Any:
     """A listed tool's input schema: `input_schema` in mcp 2, `inputSchema` before it."""
     schema = getattr(tool, "input_schema", None)
     return schema if schema is not None else getattr(tool, "inputSchema", None)
@@ -356,7 +363,7 @@ def descriptions() -> dict[str, dict[str, dict[str, Any]]]:
     for _, worker in scope.listed():
         tools = described.setdefault(str(worker.instance.name), {})
         for tool in worker.tools:
-            schema = _input_schema(tool)
+            schema = input_schema(tool)
             tools[str(tool.name)] = {
                 "description": str(getattr(tool, "description", None) or ""),
                 "schema": schema if isinstance(schema, dict) else {},
@@ -370,3 +377,92 @@ def _approval(server: MCPServer, tool: Any) -> Any:
         return setting
     policy = getattr(server, "_needs_approval_policy", setting)
     return f"{getattr(policy, '__module__', '?')}.{getattr(policy, '__qualname__', repr(policy))}"
+
+
+# --- listing outside a run -----------------------------------------------------------------------
+
+# How long a page waits for the servers to list their tools; how long what they listed is kept,
+# and how long a server that did not answer is left alone before it is asked again.
+LIST_SECONDS = 10.0
+LISTED_FOR_SECONDS = 300.0
+UNLISTED_FOR_SECONDS = 30.0
+
+# Server key -> (when it was asked, what it listed or None).
+_listings: dict[str, tuple[float, list[Any] | None]] = {}
+_listings_lock = threading.Lock()
+
+
+def tools_of(servers: Sequence[RunServer]) -> dict[str, list[Any] | None]:
+    """The tools each of `servers` lists (the mcp package's `Tool`s), by key: as listed within
+    the last `LISTED_FOR_SECONDS`, else listed now (`list_now`). None for a server that did not
+    list them in time."""
+    now = time.monotonic()
+    found: dict[str, list[Any] | None] = {}
+    stale: list[RunServer] = []
+    with _listings_lock:
+        for server in servers:
+            kept = _listings.get(server.key)
+            if kept is not None:
+                keep = LISTED_FOR_SECONDS if kept[1] is not None else UNLISTED_FOR_SECONDS
+                if now - kept[0] < keep:
+                    found[server.key] = kept[1]
+                    continue
+            stale.append(server)
+    if stale:
+        listed = list_now(stale)
+        with _listings_lock:
+            for key, tools in listed.items():
+                _listings[key] = (now, tools)
+        found.update(listed)
+    return found
+
+
+def forget_listings() -> None:
+    """Forget what the servers listed (the registry's `reset`: its agents may change)."""
+    with _listings_lock:
+        _listings.clear()
+
+
+def list_now(
+    servers: Sequence[RunServer], timeout: float | None = None
+) -> dict[str, list[Any] | None]:
+    """The tools each of `servers` lists now, by key; None for one that did not list them
+    within `timeout` seconds (`LIST_SECONDS`) or could not be started (logged, non-fatal).
+
+    The servers are opened in a scope of their own, on an event loop of their own in a thread
+    (the caller may be a sync view, or on a loop of its own), and cleaned up there after this
+    returns: the caller waits for the listing, not for the cleanup."""
+    wait = LIST_SECONDS if timeout is None else timeout
+    found: dict[str, list[Any] | None] = {server.key: None for server in servers}
+    listed = threading.Event()
+
+    async def one(server: RunServer) -> None:
+        try:
+            async with asyncio.timeout(wait):
+                await server._connected()
+            opened = _scope.get()
+            worker = opened.workers.get(server) if opened is not None else None
+            found[server.key] = list(worker.tools) if worker is not None else None
+        except Exception as exc:
+            logger.warning(
+                "[non-fatal] MCP server %r did not list its tools: %s", server.name, _reason(exc)
+            )
+
+    async def work() -> None:
+        async with scope():
+            try:
+                await asyncio.gather(*(one(server) for server in servers))
+            finally:
+                listed.set()
+
+    def run() -> None:
+        try:
+            asyncio.run(work())
+        except Exception:
+            logger.exception("[non-fatal] Listing the tools of MCP servers failed.")
+        finally:
+            listed.set()
+
+    threading.Thread(target=run, name="mcp-listing", daemon=True).start()
+    listed.wait(wait + 1.0)
+    return dict(found)

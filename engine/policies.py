@@ -22,6 +22,14 @@ rule failed and why. So does every call of the pause when the rules cannot be re
 And no rule approves a call of a tool whose author requires a person
 (`registry.review(..., auto_approve=False)`); it may still reject it.
 
+An approving rule may require that the call's facts show no warnings
+(`ApprovalPolicy.requires_no_warnings`, the default for a new rule): the facts are those the
+reviewer would read (`engine.facts`: the tool's hook, given the call's arguments and the
+user the run acts for), read only once such a rule matches. A warning sends the call to a
+person, with the warnings as the reason; facts that cannot be read (the hook fails, or is
+slower than `facts.TIMEOUT_SECONDS`) fail closed as above. A tool with no facts hook has no
+warnings.
+
 The verdict is written on the request when the run pauses, and a deciding verdict is
 recorded as a decision by "policy <name>" in the same audit and trace as a person's
 (`engine.runs`): what a rule decided stays decided, whatever later happens to the rules.
@@ -32,7 +40,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -54,6 +62,8 @@ from approvals.models import (
 )
 from engine import context as run_context
 from engine import registry
+from engine.facts import Facts, hook_of
+from engine.facts import read as read_facts
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +167,7 @@ class Rule:
     conditions: tuple[PolicyCondition, ...]
     on_expiry: str = ""
     escalate_to: str = ""
+    requires_no_warnings: bool = False
 
     def scope(self) -> str:
         tool = self.tool_name or "any tool"
@@ -189,6 +200,7 @@ def load_rules() -> list[Rule]:
             conditions=tuple(conditions[policy.pk]),
             on_expiry=policy.on_expiry,
             escalate_to=policy.escalate_to,
+            requires_no_warnings=policy.requires_no_warnings,
         )
         for policy in policies
     ]
@@ -210,6 +222,10 @@ def users_facts(user_ids: Sequence[int | None]) -> dict[int | None, User]:
     }
 
 
+# A call's facts as its reviewer would read them (None: they could not be read).
+FactsReader = Callable[[Call], Facts]
+
+
 def verdicts(calls: Sequence[Call], user_id: int | None) -> list[Verdict]:
     """The verdict on each call of a pause, in order. Never raises: when the rules or the
     user cannot be read, every call waits for a person (logged)."""
@@ -222,11 +238,33 @@ def verdicts(calls: Sequence[Call], user_id: int | None) -> list[Verdict]:
             PolicyAction.ASK, f"the policies could not be read ({type(exc).__name__})", failed=True
         )
         return [failed for _ in calls]
-    return [evaluate(rules, call, user) for call in calls]
+    return [evaluate(rules, call, user, facts_reader(user_id)) for call in calls]
 
 
-def evaluate(rules: Sequence[Rule], call: Call, user: User) -> Verdict:
-    """The verdict of the first rule in `rules` that matches `call`, or of none."""
+def facts_reader(user_id: int | None) -> FactsReader:
+    """What reads a call's facts for a rule, as its reviewer would read them: its tool's hook
+    (`engine.facts.hook_of`) given its arguments and the user `user_id` (read once, when first
+    needed); no hook, no facts."""
+    person: list[Any] = []
+
+    def read(call: Call) -> Facts:
+        hook = hook_of(call.review, call.tool_name)
+        if hook is None:
+            return []
+        if not person:
+            found = get_user_model().objects.filter(pk=user_id).first() if user_id else None
+            person.append(found)
+        return read_facts(hook, [(call.arguments, person[0])], call.tool_name)[0]
+
+    return read
+
+
+def evaluate(
+    rules: Sequence[Rule], call: Call, user: User, facts: FactsReader | None = None
+) -> Verdict:
+    """The verdict of the first rule in `rules` that matches `call`, or of none. `facts` reads
+    the call's facts for a rule that approves only when they show no warnings; without it,
+    such a rule cannot tell, so it does not approve (the call waits for a person)."""
     for rule in rules:
         if not rule.applies_to(call):
             continue
@@ -249,6 +287,8 @@ def evaluate(rules: Sequence[Rule], call: Call, user: User) -> Verdict:
                 on_expiry=rule.on_expiry,
                 escalate_to=rule.escalate_to,
             )
+        if rule.action == PolicyAction.APPROVE and rule.requires_no_warnings:
+            return _unless_warned(rule, call, why, facts)
         if rule.action == PolicyAction.ASK:
             return Verdict(
                 rule.action,
@@ -265,6 +305,36 @@ def evaluate(rules: Sequence[Rule], call: Call, user: User) -> Verdict:
 
 def _failed(rule: Rule, why: str) -> Verdict:
     return Verdict(PolicyAction.ASK, why, rule.id, rule.name, failed=True)
+
+
+UNREADABLE_FACTS = (
+    "the facts of the call could not be read, and it approves only when they show no warnings"
+)
+
+
+def _unless_warned(rule: Rule, call: Call, why: str, facts: FactsReader | None) -> Verdict:
+    """The verdict of an approving rule that matched `call` (`why`) and requires that its
+    facts show no warnings: approve, ask a person when they warn, fail closed when they
+    cannot be read."""
+    try:
+        found = facts(call) if facts is not None else None
+    except Exception:
+        logger.exception("Approval policy %r: the facts of %s failed", rule.name, call.tool_name)
+        found = None
+    if found is None:
+        return _failed(rule, UNREADABLE_FACTS)
+    # Each as the reviewer reads it, label and value; the verdict's sentence ends them.
+    warnings = [f"{fact.label}: {fact.value.rstrip('.')}" for fact in found if fact.warning]
+    if warnings:
+        return Verdict(
+            PolicyAction.ASK,
+            f"it would approve ({why}), but the facts warn: {'; '.join(warnings)}",
+            rule.id,
+            rule.name,
+            on_expiry=rule.on_expiry,
+            escalate_to=rule.escalate_to,
+        )
+    return Verdict(PolicyAction.APPROVE, f"{why}; no warnings", rule.id, rule.name, rule.message)
 
 
 def _argument(arguments: Any, path: str) -> Any:
@@ -389,7 +459,12 @@ def describe(rule: ApprovalPolicy) -> str:
         scope = f"{scope} of {rule.agent_name}"
     conditions = " and ".join(str(c) for c in rule.conditions.all())
     action = PolicyAction(rule.action).label.lower()
-    return f"{action}: {scope}" + (f" when {conditions}" if conditions else "")
+    careful = rule.action == PolicyAction.APPROVE and rule.requires_no_warnings
+    return (
+        f"{action}: {scope}"
+        + (f" when {conditions}" if conditions else "")
+        + (", only with no warnings" if careful else "")
+    )
 
 
 def call_for(
@@ -408,40 +483,6 @@ def call_for(
     if server and kind in MCP_KINDS:
         review = registry.declared_server_review(server, tool_name)
     return Call(agent_name, tool_name, arguments, review.auto_approve, review)
-
-
-@dataclass(frozen=True)
-class KnownTool:
-    agent_name: str
-    tool_name: str
-    description: str
-    arguments: tuple[str, ...]
-
-
-def known_tools() -> list[KnownTool]:
-    """Every tool of every agent reachable from the registered ones, for the rule forms'
-    suggestions: agent name, tool name, its description's first line, its arguments."""
-    found: dict[tuple[str, str], KnownTool] = {}
-    for start_name in registry.agent_names():
-        try:
-            start = registry.get_agent(start_name)
-        except Exception:
-            continue
-        for agent in registry.walk(start):
-            for tool in agent.tools:
-                name = getattr(tool, "name", None)
-                if not isinstance(name, str) or (agent.name, name) in found:
-                    continue
-                schema = getattr(tool, "params_json_schema", None) or {}
-                properties = schema.get("properties") if isinstance(schema, dict) else None
-                description = str(getattr(tool, "description", "") or "").strip()
-                found[agent.name, name] = KnownTool(
-                    agent.name,
-                    name,
-                    description.splitlines()[0] if description else "",
-                    tuple(properties) if isinstance(properties, dict) else (),
-                )
-    return list(found.values())
 
 
 # --- the gate: rules over tools that need no approval of their own ------------------------------
@@ -538,7 +579,8 @@ class Gate:
             agent = next(iter(self.agents)) if len(self.agents) == 1 else ""
             # Each rule applies to this call: its agent test was done above, for every holder.
             call = Call(agent, self.tool_name, params)
-            verdict = evaluate([_any_agent(rule) for rule in candidates], call, user)
+            rules = [_any_agent(rule) for rule in candidates]
+            verdict = evaluate(rules, call, user, _unread)
         except Exception as exc:
             logger.exception("Approval policies: the gate of %s failed; it pauses", self.tool_name)
             return Verdict(
@@ -555,6 +597,12 @@ class Gate:
 
 def _any_agent(rule: Rule) -> Rule:
     return replace(rule, agent_name="")
+
+
+def _unread(call: Call) -> Facts:
+    # The gate's calls need no approval of their own: a rule that approves one lets it run
+    # as it would without the rule, so its facts need not be read (they would only delay it).
+    return []
 
 
 async def aguard(agent: Agent[Any]) -> None:

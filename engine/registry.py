@@ -331,6 +331,11 @@ def declared_review(tool: Any) -> Review:
 _server_reviews: dict[tuple[str, str], Review] = {}
 
 
+def declared_server_tools() -> list[tuple[str, str]]:
+    """The (server name, tool name) of each MCP server's tool declared by name."""
+    return sorted(key for key in _server_reviews if key[1])
+
+
 def declared_server_review(server: str, tool: str) -> Review:
     """What was declared for the MCP server `server`'s tool `tool` (by name, else for all of
     the server's tools), or the defaults when nothing."""
@@ -438,6 +443,7 @@ def reset() -> None:
             _restore(applied)
         _synced.clear()
         _cache.clear()
+    mcp.forget_listings()
 
 
 # --- entries with a model and settings ------------------------------------------------------

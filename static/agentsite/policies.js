@@ -1,9 +1,11 @@
-/* The rule form's "Add a condition" (policy_edit.html): a copy of the formset's empty row,
-   numbered as Django's formsets number them. Without JavaScript the page offers a few blank
-   rows instead, and saving offers more. */
+/* The rule form (policy_edit.html). "Add a condition": a copy of the formset's empty row,
+   numbered as Django's formsets number them; without JavaScript the page offers a few blank
+   rows instead, and saving offers more. And the boxes only an approving rule reads (whether
+   the facts must show no warnings) are shown only while the action is "approve"; without
+   JavaScript they are always shown, and their hint says so. */
 (function () {
   "use strict";
-  function setUp() {
+  function setUpConditions() {
     var box = document.querySelector("[data-conditions]");
     if (!box) return;
     var rows = box.querySelector("[data-condition-rows]");
@@ -33,6 +35,22 @@
     button.hidden = false;
     box.querySelectorAll("[data-no-js-hint]").forEach(function (hint) { hint.hidden = true; });
     refresh();
+  }
+
+  function setUpApprovingOnly() {
+    var action = document.querySelector('.policy-form select[name="action"]');
+    var boxes = document.querySelectorAll("[data-approving-only]");
+    if (!action || !boxes.length) return;
+    function refresh() {
+      boxes.forEach(function (box) { box.hidden = action.value !== "approve"; });
+    }
+    action.addEventListener("change", refresh);
+    refresh();
+  }
+
+  function setUp() {
+    setUpConditions();
+    setUpApprovingOnly();
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUp);
   else setUp();

@@ -6,9 +6,13 @@ number of queries however many rules there are."""
 from __future__ import annotations
 
 import re
+import sys
+import time
 from typing import Any
 
 import pytest
+from agents import Agent
+from agents.mcp import MCPServerStdio
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.auth.models import Permission
 from django.db import connection
@@ -20,11 +24,14 @@ from django.utils.html import escape
 from approvals.models import (
     ApprovalDecision,
     ApprovalPolicy,
+    ApprovalRequest,
     ConditionOperator,
     PolicyAction,
     PolicyCondition,
 )
+from engine import mcp
 from engine.permissions import MANAGE_POLICIES_PERMISSION, can_manage_policies
+from tests import scripted
 from tests.agentsite.test_csp import inline_code, policy_of
 from tests.factories import grant, make_request, make_reviewer, make_user
 
@@ -439,6 +446,130 @@ def test_the_admin_history_of_a_rule_shows_the_reviewers_changes(client: Client,
     assert "Changed Enabled." in html
 
 
+# --- the names a rule gives, and the facts' warnings ------------------------------------------
+
+
+def test_the_form_suggests_every_agent_and_the_tools_of_their_mcp_servers_before_any_request(
+    client: Client, rita: Any
+) -> None:
+    assert not ApprovalRequest.objects.exists()
+    html = text(client.get(reverse("policy_new")))
+    tools = html.split('<datalist id="known-tools">')[1].split("</datalist>")[0]
+    agents = html.split('<datalist id="known-agents">')[1].split("</datalist>")[0]
+    arguments = html.split('<datalist id="known-arguments">')[1].split("</datalist>")[0]
+    # The demo warehouse's tools are known only once its MCP server lists them: listed now.
+    for name in ("issue_refund", "research", "search_knowledge_base", "stock_level", "restock"):
+        assert f'<option value="{name}">' in tools, name
+    assert "MCP server warehouse" in tools
+    for name in ("Support desk", "Billing", "Researcher", "Warehouse"):
+        assert f'<option value="{name}">' in agents, name
+    assert '<option value="sku">' in arguments and '<option value="quantity">' in arguments
+
+
+def test_a_tool_no_agent_has_is_refused_with_the_closest_name_and_saved_only_when_confirmed(
+    client: Client, rita: Any
+) -> None:
+    data = rule_data(tool_name="issue_refunds")
+    response = client.post(reverse("policy_new"), data)
+    assert response.status_code == 400 and not ApprovalPolicy.objects.exists()
+    html = text(response)
+    tool_block = html.split('<label for="id_tool_name">')[1].split('<div class="policy-field')[0]
+    assert "No registered agent has a tool called “issue_refunds”" in tool_block
+    assert "Did you mean issue_refund?" in tool_block
+    assert 'name="save_anyway"' in html and "Save anyway" in html
+
+    response = client.post(reverse("policy_new"), {**data, "save_anyway": "on"})
+    assert response.status_code == 302
+    policy = ApprovalPolicy.objects.get()
+    assert policy.tool_name == "issue_refunds"
+    # The log says what changed on the rule, not that it was confirmed.
+    [(_, _, message)] = log_of(policy.pk)
+    assert "Save anyway" not in message
+    listing = text(client.get(response["Location"]))
+    assert "saved although no registered agent has a tool called “issue_refunds”" in listing
+    row = listing.split(f'id="policy-{policy.pk}"')[1].split("</li>")[0]
+    assert "No registered agent has a tool called “issue_refunds”" in row
+
+    # Edited later with its name unchanged, it is not refused again.
+    response = client.post(
+        reverse("policy_edit", args=[policy.pk]), edit_data(policy, description="Still waiting.")
+    )
+    assert response.status_code == 302
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        (
+            {"agent_name": "Suport desk"},
+            "No registered agent is called “Suport desk”: the rule would match no call.",
+        ),
+        ({"agent_name": "Suport desk"}, "Did you mean Support desk?"),
+        ({"agent_name": "support"}, "“support” is the name the agent Support desk is registered"),
+        (
+            {"agent_name": "Billing", "tool_name": "cancel_order"},
+            "Billing has no tool called “cancel_order”",
+        ),
+        ({"tool_name": "stock_levels"}, "Did you mean stock_level?"),
+    ],
+)
+def test_an_agent_or_tool_that_matches_no_call_is_refused(
+    client: Client, rita: Any, fields: dict[str, str], error: str
+) -> None:
+    response = client.post(reverse("policy_new"), rule_data(**fields))
+    assert response.status_code == 400 and not ApprovalPolicy.objects.exists()
+    assert escape(error) in text(response)
+
+
+def test_a_tool_of_an_mcp_server_is_accepted_before_any_request_exists(
+    client: Client, rita: Any
+) -> None:
+    data = rule_data([], name="Ask before restocking", agent_name="Warehouse", tool_name="restock")
+    response = client.post(reverse("policy_new"), {**data, "action": PolicyAction.ASK})
+    assert response.status_code == 302
+    assert ApprovalPolicy.objects.get().tool_name == "restock"
+
+
+@pytest.mark.usefixtures("fresh_registry")
+def test_a_refusal_says_which_mcp_server_did_not_list_its_tools_in_time(
+    client: Client, rita: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcp, "LIST_SECONDS", 0.5)
+    silent = MCPServerStdio(
+        params={"command": sys.executable, "args": ["-c", "import time; time.sleep(30)"]},
+        name="ledger",
+    )
+    scripted.install(settings, Agent(name="Books", mcp_servers=[silent]))
+    started = time.monotonic()
+    response = client.post(
+        reverse("policy_new"), rule_data([], tool_name="post_entry", action=PolicyAction.ASK)
+    )
+    assert time.monotonic() - started < 5
+    assert response.status_code == 400
+    assert "The MCP server ledger did not list its tools just now" in text(response)
+
+
+def test_a_new_approving_rule_requires_no_warnings_unless_unticked_and_the_list_says_which(
+    client: Client, rita: Any
+) -> None:
+    html = text(client.get(reverse("policy_new")))
+    box = (
+        html.split('name="requires_no_warnings"')[0].rsplit("<input", 1)[1]
+        + html.split('name="requires_no_warnings"')[1].split(">")[0]
+    )
+    assert "checked" in box
+
+    client.post(reverse("policy_new"), rule_data(requires_no_warnings="on"))
+    client.post(reverse("policy_new"), rule_data(name="Any refund up to 20"))
+    careful, lax = ApprovalPolicy.objects.order_by("pk")
+    assert careful.requires_no_warnings and not lax.requires_no_warnings
+    listing = text(client.get(reverse("policies")))
+    careful_row = listing.split(f'id="policy-{careful.pk}"')[1].split("</li>")[0]
+    lax_row = listing.split(f'id="policy-{lax.pk}"')[1].split("</li>")[0]
+    assert "only with no warnings" in careful_row
+    assert "even with warnings" in lax_row
+
+
 # --- escaping -------------------------------------------------------------------------------
 
 
@@ -451,6 +582,8 @@ def test_what_a_person_wrote_is_escaped_everywhere(client: Client, rita: Any) ->
         action=PolicyAction.REJECT,
         message=MARKUP,
         description=MARKUP,
+        # No agent is called that: saved anyway (the refusal is below).
+        save_anyway="on",
     )
     assert client.post(reverse("policy_new"), data).status_code == 302
     policy = ApprovalPolicy.objects.get()
@@ -460,6 +593,8 @@ def test_what_a_person_wrote_is_escaped_everywhere(client: Client, rita: Any) ->
         client.get(reverse("policy_delete", args=[policy.pk])),
         # Not valid (a message on an approving rule): the input comes back, escaped too.
         client.post(reverse("policy_new"), {**data, "action": PolicyAction.APPROVE, "name": "x"}),
+        # Refused: no agent is called that, and the refusal names it.
+        client.post(reverse("policy_new"), {**data, "save_anyway": "", "name": "y"}),
     ]
     for response in pages:
         html = text(response)

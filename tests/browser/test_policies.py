@@ -162,23 +162,105 @@ def test_without_javascript_the_form_offers_blank_condition_rows(
     expect(page.locator("[data-condition-row]")).to_have_count(2)
     expect(page.get_by_role("button", name="Add a condition")).to_be_hidden()
     expect(page.get_by_text("Need more conditions?")).to_be_visible()
-    page.get_by_label("Name").fill("Never wire money")
-    page.locator("#id_tool_name").fill("wire_money")
+    page.get_by_label("Name").fill("No refunds above 100")
+    page.locator("#id_tool_name").fill("issue_refund")
     page.get_by_label("Action").select_option("reject")
-    page.get_by_label("Message to the agent").fill("Wiring money is not allowed.")
+    page.get_by_label("Message to the agent").fill("Refunds above $100 go through finance.")
     page.locator("#id_conditions-1-argument").fill("amount")
     page.locator("#id_conditions-1-operator").select_option(">")
     page.locator("#id_conditions-1-value").fill("many")
     page.get_by_role("button", name="Create rule").click()
     # Not valid: the input is all still there, the error beside its field.
     expect(page.locator("#id_conditions-1-value")).to_have_value("many")
-    expect(page.get_by_label("Message to the agent")).to_have_value("Wiring money is not allowed.")
+    expect(page.get_by_label("Message to the agent")).to_have_value(
+        "Refunds above $100 go through finance."
+    )
     expect(page.locator(".condition-value .field-error")).to_contain_text("write a number")
     page.locator("#id_conditions-1-value").fill("100")
     page.get_by_role("button", name="Create rule").click()
-    expect(page.locator(".flash-success")).to_contain_text("Rule “Never wire money” created")
+    expect(page.locator(".flash-success")).to_contain_text("Rule “No refunds above 100” created")
     policy = ApprovalPolicy.objects.get()
     assert [(c.argument, c.operator, c.value) for c in policy.conditions.all()] == [
         ("amount", ">", "100")
     ]
     context.close()
+
+
+# The form's refusal of a name no agent has, and its new box, looked at on both widths.
+FORM_SHOTS = Path("/tmp/policy-shots")
+
+
+def test_a_tool_no_agent_has_is_refused_naming_the_closest_and_mcp_tools_are_suggested(
+    live_site: Any, page: Any
+) -> None:
+    grant(make_reviewer("rita", PASSWORD), MANAGE_POLICIES_PERMISSION)
+    log_in(page, live_site, "rita", PASSWORD, then="/inbox/policies/new/")
+    # Every agent and every tool, the warehouse's MCP tools too, before any request exists.
+    for tool in ("issue_refund", "research", "stock_level", "restock"):
+        expect(page.locator(f'#known-tools option[value="{tool}"]')).to_have_count(1)
+    for agent in ("Support desk", "Billing", "Researcher", "Warehouse"):
+        expect(page.locator(f'#known-agents option[value="{agent}"]')).to_have_count(1)
+    # A new approving rule approves only what the facts do not warn about, unless unticked;
+    # a rule that rejects or asks has no such box.
+    warnings = page.get_by_label("Approve only when the facts show no warnings")
+    expect(warnings).to_be_checked()
+    page.get_by_label("Action").select_option("reject")
+    expect(warnings).to_be_hidden()
+    page.get_by_label("Action").select_option("approve")
+    expect(warnings).to_be_visible()
+
+    page.get_by_label("Name").fill("Refunds up to $60 go through")
+    page.locator("#id_tool_name").fill("issue_refunds")
+    page.locator("#id_conditions-0-argument").fill("amount")
+    page.locator("#id_conditions-0-operator").select_option("<=")
+    page.locator("#id_conditions-0-value").fill("60")
+    page.get_by_role("button", name="Create rule").click()
+
+    error = page.locator("#id_tool_name_error")
+    expect(error).to_contain_text("No registered agent has a tool called “issue_refunds”")
+    expect(error).to_contain_text("Did you mean issue_refund?")
+    anyway = page.get_by_label("Save anyway (the agent or tool may come later)")
+    expect(anyway).to_be_visible()
+    expect(anyway).not_to_be_checked()
+    expect(warnings).to_be_checked()
+    assert not ApprovalPolicy.objects.exists()
+    FORM_SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(FORM_SHOTS / "policy-error-desktop.png"), full_page=True)
+    page.set_viewport_size(PHONE)
+    page.screenshot(path=str(FORM_SHOTS / "policy-error-phone.png"), full_page=True)
+    # What a phone shows at once: the refusal with its box, then the facts' box.
+    for name, target in (("error", error), ("warnings", warnings)):
+        target.evaluate("element => element.scrollIntoView({block: 'center'})")
+        page.screenshot(path=str(FORM_SHOTS / f"policy-{name}-phone-screen.png"))
+    page.set_viewport_size(DESKTOP)
+
+    # The suggestion taken: saved, and the list says it needs no warnings.
+    page.locator("#id_tool_name").fill("issue_refund")
+    page.get_by_role("button", name="Create rule").click()
+    expect(page.locator(".flash-success")).to_contain_text("created")
+    policy = ApprovalPolicy.objects.get()
+    assert (policy.tool_name, policy.requires_no_warnings) == ("issue_refund", True)
+    row = page.locator(f"#policy-{policy.pk}")
+    expect(row.locator("[data-policy-warnings]")).to_contain_text("only with no warnings")
+
+    # A tool that comes later: refused, then saved once confirmed; the list says it matches
+    # no call yet.
+    page.get_by_role("link", name="New rule").first.click()
+    page.get_by_label("Name").fill("Ask before gift cards")
+    page.locator("#id_tool_name").fill("issue_gift_card")
+    page.get_by_label("Action").select_option("ask")
+    page.get_by_role("button", name="Create rule").click()
+    expect(page.locator("#id_tool_name_error")).to_contain_text("“issue_gift_card”")
+    page.get_by_label("Save anyway (the agent or tool may come later)").check()
+    page.get_by_role("button", name="Create rule").click()
+    expect(page.locator(".flash-warning")).to_contain_text(
+        "saved although no registered agent has a tool called “issue_gift_card”"
+    )
+    later = ApprovalPolicy.objects.get(tool_name="issue_gift_card")
+    expect(page.locator(f"#policy-{later.pk} [data-policy-unknown]")).to_contain_text(
+        "No registered agent has a tool called “issue_gift_card”"
+    )
+    page.screenshot(path=str(FORM_SHOTS / "policies-desktop.png"), full_page=True)
+    page.set_viewport_size(PHONE)
+    page.screenshot(path=str(FORM_SHOTS / "policies-phone.png"), full_page=True)
+    page.set_viewport_size(DESKTOP)

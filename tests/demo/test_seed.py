@@ -5,6 +5,7 @@ changes nothing a person changed since."""
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 from io import StringIO
 from typing import Any
@@ -15,11 +16,18 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.test import Client, RequestFactory
 
-from approvals.models import ApprovalPolicy, PolicyAction, PolicyCondition
+from approvals.models import (
+    ApprovalPolicy,
+    ApprovalRequest,
+    ApprovalStatus,
+    PolicyAction,
+    PolicyCondition,
+)
 from demo.models import Order
-from demo.seed import seed_orders
-from engine import policies
+from demo.seed import seed_orders, seed_policies
+from engine import policies, runs
 from engine.permissions import can_manage_policies
+from tests.factories import start_run
 from tracing.models import ModelPrice
 
 pytestmark = pytest.mark.django_db
@@ -126,7 +134,7 @@ def test_it_restores_the_demo_orders_on_reset() -> None:
     assert Order.objects.get(number=42).status == Order.Status.PLACED
 
 
-def test_seed_demo_lets_rita_manage_the_rules_and_seeds_the_small_refunds_rule_once(
+def test_seed_demo_lets_rita_manage_the_rules_and_seeds_the_refunds_rule_once(
     settings: Any,
 ) -> None:
     settings.DEBUG = True
@@ -136,10 +144,11 @@ def test_seed_demo_lets_rita_manage_the_rules_and_seeds_the_small_refunds_rule_o
     assert not can_manage_policies(get_user_model().objects.get(username="alice"))
     policy = ApprovalPolicy.objects.get()
     # Seeded off: every cluster is seeded, and the soak benchmark's refunds must wait.
-    assert (policy.name, policy.enabled, policy.tool_name) == (
-        "Small refunds go through",
+    assert (policy.name, policy.enabled, policy.tool_name, policy.requires_no_warnings) == (
+        "Refunds up to $60 go through",
         False,
         "issue_refund",
+        True,
     )
     policy.description = "Changed by rita."
     policy.save()
@@ -147,11 +156,75 @@ def test_seed_demo_lets_rita_manage_the_rules_and_seeds_the_small_refunds_rule_o
     assert ApprovalPolicy.objects.get().description == "Changed by rita."
     assert PolicyCondition.objects.count() == 1
 
-    # Turned on, it approves a $15 refund and leaves a $80 one to a person.
+    # Turned on, it approves a $60 refund and leaves a $80 one to a person.
     ApprovalPolicy.objects.update(enabled=True)
     rules = policies.load_rules()
     user = policies.User(email="alice@example.com", username="alice")
-    small = policies.Call("Support desk", "issue_refund", {"order_id": 42, "amount": 15.0})
+    small = policies.Call("Support desk", "issue_refund", {"order_id": 42, "amount": 60.0})
     large = policies.Call("Support desk", "issue_refund", {"order_id": 42, "amount": 80.0})
-    assert policies.evaluate(rules, small, user).action == PolicyAction.APPROVE
-    assert policies.evaluate(rules, large, user).action == PolicyAction.ASK
+    assert policies.evaluate(rules, small, user, facts=lambda call: []).action == "approve"
+    assert policies.evaluate(rules, large, user, facts=lambda call: []).action == "ask"
+
+
+def test_seeding_replaces_the_earlier_example_rule_nobody_touched_and_keeps_a_touched_one() -> None:
+    earlier = ApprovalPolicy.objects.create(
+        name="Small refunds go through",
+        enabled=False,
+        priority=10,
+        tool_name="issue_refund",
+        action=PolicyAction.APPROVE,
+        description=EARLIER_DESCRIPTION,
+    )
+    PolicyCondition.objects.create(policy=earlier, argument="amount", operator="<=", value="20")
+    seed_policies()
+    assert list(ApprovalPolicy.objects.values_list("name", flat=True)) == [
+        "Refunds up to $60 go through"
+    ]
+
+    ApprovalPolicy.objects.all().delete()
+    earlier = ApprovalPolicy.objects.create(
+        name="Small refunds go through",
+        enabled=True,  # turned on since: someone counts on it
+        tool_name="issue_refund",
+        action=PolicyAction.APPROVE,
+        description=EARLIER_DESCRIPTION,
+    )
+    seed_policies()
+    assert sorted(ApprovalPolicy.objects.values_list("name", flat=True)) == [
+        "Refunds up to $60 go through",
+        "Small refunds go through",
+    ]
+
+
+EARLIER_DESCRIPTION = (
+    "A refund of $20 or less is approved without a reviewer, even when the order's refunds "
+    "are above the $50 that otherwise asks for one."
+)
+
+
+def refund_request(text: str) -> Any:
+    """The demo agent run on `text` for alice until it pauses; its one request."""
+    run = start_run(text)
+    asyncio.run(runs.execute(run.pk))
+    return ApprovalRequest.objects.get(run_id=run.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("orders", "fresh_registry", "submitted")
+def test_the_seeded_rule_turned_on_approves_what_the_demo_asks_about_unless_the_facts_warn() -> (
+    None
+):
+    seed_policies()
+    ApprovalPolicy.objects.update(enabled=True)
+    # $60 on order 42 ($120, placed): above the demo's $50, so it pauses; the rule approves it.
+    approved = refund_request("refund 60 on order 42")
+    assert approved.status == ApprovalStatus.APPROVED
+    assert approved.verdict["reason"] == "amount 60 is at most 60; no warnings"
+    # $60 on order 46 ($32): the facts warn, so a person decides, and the request says why.
+    warned = refund_request("refund 60 on order 46")
+    assert warned.is_pending
+    assert (
+        "but the facts warn: Refund: Cannot refund $60.00 on order 46" in warned.verdict["reason"]
+    )
+    # $80: more than the rule approves.
+    assert refund_request("refund 80 on order 42").is_pending

@@ -8,6 +8,7 @@ decides); a change to the rules never changes a decision already taken."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from approvals.models import (
     ToolKind,
 )
 from conversations.session import DjangoSession
-from engine import events, policies, registry, runs
+from engine import events, facts, policies, registry, runs
 from engine.models import AgentRun, RunStatus
 from tests import scripted
 from tests.factories import make_conversation, make_reviewer, make_user
@@ -279,8 +280,13 @@ CALL = policies.Call("Support", "send_email", {"to": "Alice@Example.com", "amoun
 ALICE = policies.User(email="alice@example.com", username="alice")
 
 
+def no_facts(call: policies.Call) -> list[Any]:
+    """The facts of a call whose tool has no facts hook: none, so no warnings."""
+    return []
+
+
 def verdict(call: policies.Call = CALL, user: policies.User = ALICE) -> policies.Verdict:
-    return policies.evaluate(policies.load_rules(), call, user)
+    return policies.evaluate(policies.load_rules(), call, user, no_facts)
 
 
 @pytest.mark.django_db
@@ -402,8 +408,8 @@ def test_no_rule_approves_a_demo_cancellation_a_person_decides_each() -> None:
     cancel = policies.call_for("Support desk", "cancel_order", {"order_id": 7}, None)
     refund = policies.call_for("Support desk", "issue_refund", {"order_id": 7, "amount": 5}, None)
     assert not cancel.auto_approve and refund.auto_approve
-    assert policies.evaluate(rules, cancel, ALICE).action == "ask"
-    assert policies.evaluate(rules, refund, ALICE).action == "approve"
+    assert policies.evaluate(rules, cancel, ALICE, no_facts).action == "ask"
+    assert policies.evaluate(rules, refund, ALICE, no_facts).action == "approve"
 
 
 @pytest.mark.django_db
@@ -417,7 +423,132 @@ def test_an_mcp_tool_named_like_one_of_the_agent_s_takes_nothing_of_its_declarat
     served = policies.call_for("Support desk", "cancel_order", {"order_id": 7}, None, ToolKind.MCP)
     assert not own.auto_approve and not served.review.declared
     assert served.auto_approve and own.review != served.review
-    assert policies.evaluate(rules, served, ALICE).action == "approve"
+    assert policies.evaluate(rules, served, ALICE, no_facts).action == "approve"
+
+
+# --- rules that approve only what the facts do not warn about -------------------------------------
+
+
+def account_facts(calls: Any) -> list[list[Any]]:
+    """What a reviewer reads of each wire (`registry.review(facts=...)`): the account, with a
+    warning for a closed one; "explode" cannot be read."""
+    found = []
+    for arguments, user in calls:
+        account = arguments.get("account")
+        if account == "explode":
+            raise RuntimeError("the accounts service is down")
+        facts: list[Any] = [("Account", f"{account} (for {user.username if user else 'nobody'})")]
+        if account == "closed-co":
+            facts.append(("Account", "closed-co was closed last week.", True))
+        found.append(facts)
+    return found
+
+
+@registry.review(risk="irreversible", facts=account_facts)
+@function_tool(name_override="wire_money", needs_approval=True)
+def wire_with_facts(account: str, amount: int) -> str:
+    """Send money (its reviewers read the account's facts)."""
+    scripted.EXECUTED.append(("wire_money", (account, amount)))
+    return f"sent {amount} to {account}"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_a_rule_that_requires_no_warnings_approves_only_calls_the_facts_do_not_warn_about(
+    settings: Any, client: Client
+) -> None:
+    small_refunds(requires_no_warnings=True)
+    run = paused(
+        settings,
+        {"account": "acme", "amount": 15},
+        {"account": "closed-co", "amount": 15},
+        tools=[wire_with_facts],
+    )
+    by_call = {r.call_id: r for r in run.approval_requests.all()}
+    clean, warned = by_call["call_0"], by_call["call_1"]
+    assert clean.status == ApprovalStatus.APPROVED
+    assert clean.verdict["reason"] == "amount 15 is at most 20; no warnings"
+    assert "no warnings" in ApprovalDecision.objects.get(request=clean).note
+    # The facts warn: the rule would approve, so it sends the call to a person, saying why.
+    assert warned.is_pending and run.status == RunStatus.WAITING
+    verdict = policies.Verdict.from_json(warned.verdict)
+    assert verdict is not None
+    assert (verdict.action, verdict.policy_name, verdict.failed) == (
+        "ask",
+        "approve refunds ≤ 20",
+        False,
+    )
+    assert verdict.sentence() == (
+        "Policy “approve refunds ≤ 20” asks a person: it would approve (amount 15 is at most "
+        "20), but the facts warn: Account: closed-co was closed last week."
+    )
+    client.force_login(make_reviewer())
+    page = client.get(reverse("inbox_request", args=[warned.pk])).content.decode()
+    assert "but the facts warn: Account: closed-co was closed last week." in page
+
+
+@pytest.mark.parametrize("failure", ["raises", "too slow"])
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_a_rule_that_requires_no_warnings_fails_closed_when_the_facts_cannot_be_read(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    if failure == "too slow":
+        monkeypatch.setattr(facts, "TIMEOUT_SECONDS", 0.2)
+
+        def slow(calls: Any) -> Any:
+            time.sleep(1)
+            return [[] for _ in calls]
+
+        hook: Any = slow
+    else:
+        hook = account_facts
+    # Registered for the tool's name: the scripted wire_money declares no hook of its own.
+    facts.register("wire_money", hook)
+    try:
+        small_refunds(requires_no_warnings=True)
+        account = "explode" if failure == "raises" else "acme"
+        run = paused(settings, {"account": account, "amount": 15})
+    finally:
+        facts.unregister("wire_money")
+    request = run.approval_requests.get()
+    assert request.is_pending and scripted.EXECUTED == []
+    assert not ApprovalDecision.objects.exists()
+    verdict = policies.Verdict.from_json(request.verdict)
+    assert verdict is not None and verdict.failed and verdict.action == "ask"
+    assert verdict.policy_name == "approve refunds ≤ 20"
+    assert "the facts of the call could not be read" in verdict.reason
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_registry", "submitted")
+def test_a_rule_that_does_not_require_it_approves_despite_warnings(settings: Any) -> None:
+    small_refunds(requires_no_warnings=False)
+    run = paused(settings, {"account": "closed-co", "amount": 15}, tools=[wire_with_facts])
+    request = run.approval_requests.get()
+    assert request.status == ApprovalStatus.APPROVED
+    assert request.verdict["reason"] == "amount 15 is at most 20"
+
+
+@pytest.mark.django_db
+def test_a_rule_requires_no_warnings_unless_told_otherwise() -> None:
+    assert ApprovalPolicy(name="new").requires_no_warnings is True
+    assert small_refunds().requires_no_warnings is True
+
+
+@pytest.mark.django_db
+def test_without_a_way_to_read_the_facts_a_rule_that_requires_no_warnings_does_not_approve() -> (
+    None
+):
+    rule("approve wires", PolicyAction.APPROVE, requires_no_warnings=True)
+    rules = policies.load_rules()
+    call = policies.Call("Support", "wire_money", {"account": "acme"})
+    assert policies.evaluate(rules, call, ALICE).failed
+    assert policies.evaluate(rules, call, ALICE, facts=lambda call: []).action == "approve"
+    warned = [facts.Fact("Account", "closed", True)]
+    found = policies.evaluate(rules, call, ALICE, facts=lambda call: warned)
+    assert (found.action, found.failed) == ("ask", False)
+    assert policies.evaluate(rules, call, ALICE, facts=lambda call: None).failed
 
 
 # --- the admin ----------------------------------------------------------------------------------
@@ -469,6 +600,29 @@ def test_staff_manage_rules_in_the_admin_with_conditions_checked(admin_client: C
     listing = admin_client.get(reverse("admin:approvals_approvalpolicy_changelist"))
     assert "amount &lt;= 20" in listing.content.decode()
     assert policies.describe(policy) == "approve automatically: issue_refund when amount <= 20"
+
+
+@pytest.mark.django_db
+def test_the_admin_refuses_a_tool_no_agent_has_unless_told_to_save_anyway(
+    admin_client: Client,
+) -> None:
+    add = reverse("admin:approvals_approvalpolicy_add")
+    fields = {
+        "name": "approve refunds ≤ 20",
+        "enabled": "on",
+        "priority": "10",
+        "tool_name": "issue_refunds",
+        "agent_name": "",
+        "action": "approve",
+    } | conditions_post(("amount", "<=", "value", "20"))
+    refused = admin_client.post(add, fields)
+    assert refused.status_code == 200 and not ApprovalPolicy.objects.exists()
+    page = refused.content.decode()
+    assert "No registered agent has a tool called “issue_refunds”" in page
+    assert "Did you mean issue_refund?" in page
+    saved = admin_client.post(add, fields | {"save_anyway": "on"})
+    assert saved.status_code == 302
+    assert ApprovalPolicy.objects.get().tool_name == "issue_refunds"
 
 
 @pytest.mark.parametrize(

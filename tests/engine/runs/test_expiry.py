@@ -309,7 +309,7 @@ def test_a_rules_expiry_policy_is_recorded_at_the_pause_and_a_later_edit_changes
 
 @pytest.mark.django_db
 def test_the_policy_form_checks_the_group_to_escalate_to() -> None:
-    base = {"name": "r", "priority": 1, "action": "ask", "tool_name": "wire_money"}
+    base = {"name": "r", "priority": 1, "action": "ask", "tool_name": "issue_refund"}
     form = PolicyForm(data={**base, "on_expiry": "escalate", "escalate_to": ""})
     assert not form.is_valid() and "Name the group" in str(form.errors["escalate_to"])
     form = PolicyForm(data={**base, "on_expiry": "escalate", "escalate_to": "Nobody"})
