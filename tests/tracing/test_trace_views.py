@@ -798,8 +798,9 @@ def test_model_and_user_text_in_spans_is_escaped(
     for html in (page, panel, full):
         assert XSS not in html
     assert "Note 3: &lt;script&gt;alert(1)&lt;/script&gt;" in panel
-    # The page's own scripts only: htmx, its ws extension, live.js, errors.js and traces.js.
-    assert page.count("<script") == full.count("<script") == 5
+    # The page's own scripts only: htmx, its ws extension, live.js, errors.js, flash.js and
+    # traces.js.
+    assert page.count("<script") == full.count("<script") == 6
 
 
 @pytest.mark.django_db(transaction=True)
