@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -30,7 +31,7 @@ from approvals.models import (
     PolicyCondition,
 )
 from approvals.views import bulk_confirmation_for
-from common.admin import ReadOnlyAdminMixin, pretty_json
+from common.admin import ReadOnlyAdminMixin, ValuesListFilter, pretty_json
 
 
 class ApprovalDecisionInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -66,7 +67,14 @@ class ApprovalRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "decided_by",
         "decided_at",
     ]
-    list_filter = ["status", "kind", "server", "on_expiry", "tool_name", "agent_name"]
+    list_filter = [
+        "status",
+        "kind",
+        ("server", ValuesListFilter),
+        "on_expiry",
+        "tool_name",
+        "agent_name",
+    ]
     search_fields = [
         "run__conversation__session_id",
         "run__input",
@@ -187,6 +195,16 @@ class PolicyConditionInline(admin.TabularInline):
     max_num = 20
 
 
+class _EnabledInList(forms.ModelForm):
+    """A row's "enabled" box in the list of rules, named after its rule: Django's list gives
+    an editable column's boxes no label (a screen reader reads "checkbox", of which rule?)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "enabled" in self.fields:
+            self.fields["enabled"].widget.attrs["aria-label"] = f"{self.instance.name}: enabled"
+
+
 @admin.register(ApprovalPolicy)
 class ApprovalPolicyAdmin(admin.ModelAdmin):
     """Rules that decide paused calls without a person (`engine.policies`), in precedence
@@ -210,10 +228,13 @@ class ApprovalPolicyAdmin(admin.ModelAdmin):
     ]
     list_display_links = ["name"]
     list_editable = ["enabled"]
-    list_filter = ["enabled", "action", "tool_name"]
+    list_filter = ["enabled", "action", ("tool_name", ValuesListFilter)]
     search_fields = ["name", "tool_name", "agent_name", "description"]
     readonly_fields = ["updated_by", "created", "updated"]
     ordering = ["priority", "id"]
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
+        return super().get_changelist_form(request, form=_EnabledInList, **kwargs)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApprovalPolicy]:
         return (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -31,6 +32,23 @@ class ReadOnlyAdminMixin(NoEditAdminMixin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ValuesListFilter(admin.AllValuesFieldListFilter):
+    """Django's filter by each value a text column holds, where the empty text is named
+    "(empty)": Django's own lists it as a link with no text, which nobody can read (a screen
+    reader finds no name for it, anybody else nothing to click). For `list_filter` entries
+    `("column", ValuesListFilter)` of a column that may be blank."""
+
+    EMPTY = "(empty)"
+
+    def choices(self, changelist: Any) -> Any:
+        for choice in super().choices(changelist):
+            display = str(choice["display"])
+            # With facets on, the empty value's text is its count alone: " (3)".
+            if display == "" or (changelist.add_facets and display.startswith(" (")):
+                choice = {**choice, "display": self.EMPTY + display}
+            yield choice
 
 
 def pretty_json(value: Any, *, sort_keys: bool = True) -> SafeString | str:

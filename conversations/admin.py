@@ -8,7 +8,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from common.admin import NoEditAdminMixin, pretty_json
+from common.admin import NoEditAdminMixin, ValuesListFilter, pretty_json
 from conversations.models import Conversation, SessionItem
 
 
@@ -35,7 +35,7 @@ class SessionItemInline(NoEditAdminMixin, admin.TabularInline):
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
     list_display = ["session_id", "title", "owner", "agent_name", "item_count", "updated", "traces"]
-    list_filter = ["agent_name", "created", "updated"]
+    list_filter = [("agent_name", ValuesListFilter), "created", "updated"]
     search_fields = ["session_id", "title", "owner__username", "owner__email"]
     # The branch it is on changes through its session (the chat's Versions), which checks it.
     readonly_fields = ["current_branch", "created", "updated", "session_page"]

@@ -23,7 +23,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from common import formatting
-from common.admin import NoEditAdminMixin, ReadOnlyAdminMixin, pretty_json
+from common.admin import NoEditAdminMixin, ReadOnlyAdminMixin, ValuesListFilter, pretty_json
 from tracing import pricing
 from tracing.models import SPAN_PLACE_FIELDS, ModelPrice, Span, Trace
 
@@ -66,7 +66,7 @@ class TraceAdmin(NoEditAdminMixin, admin.ModelAdmin):
         "group_id",
         "view_link",
     ]
-    list_filter = ["status", "outcome", "workflow_name"]
+    list_filter = ["status", "outcome", ("workflow_name", ValuesListFilter)]
     search_fields = ["=trace_id", "workflow_name", "=group_id"]
     list_select_related = ["run"]
     date_hierarchy = "started_at"

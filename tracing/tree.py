@@ -2,7 +2,7 @@
 
 Rows come in depth-first order, children by start time, each with its depth, where its bar
 starts and how wide it is (percentages of the trace's whole duration), and how many subtrees
-end after it (the template closes that many `<details>`). A span whose parent is not stored
+end after it (the template closes that many nodes). A span whose parent is not stored
 (not exported yet, dropped, or from another process) is shown at the root level, never lost;
 so is a span caught in a parent cycle, which only garbled data can make.
 """
@@ -155,7 +155,7 @@ class Gap:
 
 
 class Close:
-    """The end of an open row's subtree (the template closes its `<details>`)."""
+    """The end of an open row's subtree (the template closes its node)."""
 
 
 CLOSE = Close()

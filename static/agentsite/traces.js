@@ -3,20 +3,28 @@
  * - a refreshed tree keeps the subtrees the reader collapsed, and (a big trace) the subtrees
  *   and pages of children the reader loaded: the refresh sends them back to the server;
  * - a big trace's folded subtree loads its spans when it is opened (click, Enter or Space on
- *   its row), its "Show N more" rows load the next page of children (plain htmx);
+ *   its row's caret), its "Show N more" rows load the next page of children (plain htmx);
  * - "Expand all" / "Collapse all" (of what is loaded: a big trace's folded subtrees stay
  *   folded rather than fire a request each);
  * - the live status says "Live" while the run works, "Waiting for approval" while it waits,
  *   and "Finished" once it has ended (the tree's data-trace-state, re-read with it);
  * - on a narrow screen, where the span panel is under the tree, a span's details scroll into
  *   view when they load, and "Back to the span" returns to its row.
- * Collapsing itself is plain <details>, and the waterfall is placed by its markup (SVG
+ * Collapsing itself is plain <details> (each node's caret is one, its children hidden by a
+ * stylesheet rule while it is closed), and the waterfall is placed by its markup (SVG
  * attributes and classes, no inline style): both work without this file. */
 (function () {
   "use strict";
   var collapsed = null;
   var loaded = new Set(); // folded subtrees the reader opened (their spans' ids)
   var MAX_STATE = 150; // span ids a refresh sends back at most
+  // A node's children: the rows and nodes after its own row.
+  var CHILDREN = ":scope > .node, :scope > div.row:not(:first-child):not(.gap):not(.subtree-load)";
+
+  // The caret that folds `node` (a <details>, open while the node's children show).
+  function foldOf(node) {
+    return node.querySelector(":scope > .row:first-child > .name-cell > details.fold");
+  }
 
   function panelSpan() {
     var detail = document.querySelector("#span-panel [data-span-id]");
@@ -76,7 +84,7 @@
       function () {
         node.classList.remove("is-lazy");
         delete node.dataset.loading;
-        var count = node.querySelector(":scope > summary .flag-more");
+        var count = node.querySelector(":scope > .row:first-child .flag-more");
         if (count) count.remove();
         select(panelSpan());
       },
@@ -91,10 +99,10 @@
   document.addEventListener(
     "toggle",
     function (event) {
-      var node = event.target;
-      if (node && node.matches && node.matches("#trace-tree details.node.is-lazy") && node.open) {
-        loadSubtree(node);
-      }
+      var fold = event.target;
+      if (!fold || !fold.matches || !fold.matches("#trace-tree details.fold") || !fold.open) return;
+      var node = fold.closest(".node");
+      if (node && node.classList.contains("is-lazy")) loadSubtree(node);
     },
     true
   );
@@ -106,16 +114,14 @@
     var open = Array.from(loaded).slice(0, MAX_STATE);
     var page = childPage();
     var more = [];
-    target.querySelectorAll("details.node").forEach(function (node) {
-      var count = node.querySelectorAll(
-        ":scope > details.node, :scope > div.row:not(.gap):not(.subtree-load)"
-      ).length;
+    target.querySelectorAll(".node").forEach(function (node) {
+      var count = node.querySelectorAll(CHILDREN).length;
       if (count > page && more.length < MAX_STATE) more.push(node.id.replace(/^node-/, "") + ":" + count);
     });
     var rows = target.querySelector(".rows");
     if (rows) {
       var roots = rows.querySelectorAll(
-        ":scope > details.node, :scope > div.row:not(.gap):not(.subtree-load)"
+        ":scope > .node, :scope > div.row:not(.gap):not(.subtree-load)"
       ).length;
       if (roots > page) more.push("*roots:" + roots);
     }
@@ -133,8 +139,9 @@
     }
     if (!target || target.id !== "trace-tree") return;
     collapsed = [];
-    target.querySelectorAll("details.node:not([open])").forEach(function (node) {
-      if (!node.classList.contains("is-lazy")) collapsed.push(node.id);
+    target.querySelectorAll(".node:not(.is-lazy)").forEach(function (node) {
+      var fold = foldOf(node);
+      if (fold && !fold.open) collapsed.push(node.id);
     });
   });
 
@@ -152,7 +159,8 @@
       if (collapsed) {
         collapsed.forEach(function (id) {
           var node = document.getElementById(id);
-          if (node) node.open = false;
+          var fold = node && foldOf(node);
+          if (fold) fold.open = false;
         });
         collapsed = null;
       }
@@ -174,9 +182,10 @@
     var toggle = event.target.closest("[data-tree-toggle]");
     if (toggle) {
       var open = toggle.getAttribute("data-tree-toggle") === "open";
-      document.querySelectorAll("#trace-tree details.node").forEach(function (node) {
-        if (open && node.classList.contains("is-lazy")) return;
-        node.open = open;
+      document.querySelectorAll("#trace-tree .node").forEach(function (node) {
+        var fold = foldOf(node);
+        if (!fold || (open && node.classList.contains("is-lazy"))) return;
+        fold.open = open;
       });
       return;
     }

@@ -297,3 +297,28 @@ def test_requests_are_listed_and_filtered_by_kind_with_their_server(admin_client
 
     page = admin_client.get(f"{REQUESTS}{restock.pk}/change/").content.decode()
     assert "MCP server tool" in page and "warehouse" in page
+
+
+def test_a_blank_server_is_a_filter_choice_with_a_name(admin_client: Client) -> None:
+    """Django lists a column's empty value as a link with no text: nobody could read it."""
+    from approvals.models import ToolKind
+    from tests.factories import make_request
+
+    restock = make_request(tool_name="restock", kind=ToolKind.MCP, server="warehouse")
+    function = make_request()
+
+    listed = admin_client.get(REQUESTS).content.decode()
+    assert '<a href="?server=">(empty)</a>' in listed
+    assert '<a href="?server=warehouse">warehouse</a>' in listed
+    counted = admin_client.get(REQUESTS, {"_facets": "True"}).content.decode()
+    assert "(empty) (1)</a>" in counted and "warehouse (1)</a>" in counted
+    blank = admin_client.get(REQUESTS, {"server": ""}).content.decode()
+    assert f"/{function.pk}/change/" in blank and f"/{restock.pk}/change/" not in blank
+
+
+def test_each_rules_enabled_box_in_the_list_is_named_after_its_rule(admin_client: Client) -> None:
+    from demo.seed import seed_policies
+
+    seed_policies()
+    listed = admin_client.get("/admin/approvals/approvalpolicy/").content.decode()
+    assert 'aria-label="Small refunds go through: enabled"' in listed

@@ -498,7 +498,7 @@ def test_a_10000_span_trace_opens_with_its_top_levels_and_loads_subtrees_on_dema
     page.screenshot(path="/tmp/detail-big-trace.png")
 
     # A folded turn opens from the keyboard and loads its two spans.
-    page.locator(f"#node-{first.span_id} > summary").focus()
+    page.locator(f"#node-{first.span_id} > .row summary").focus()
     page.keyboard.press("Enter")
     expect(rows).to_have_count(2 + 100 + 2)
     generation = next(s for s in spans if s.parent_id == first.span_id)

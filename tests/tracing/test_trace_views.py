@@ -147,7 +147,7 @@ def trace_page(client: Client, trace_id: str) -> str:
 def tree_lines(html: str) -> list[str]:
     """The tree as `depth type name` lines, in the order shown."""
     rows = re.findall(
-        r'data-depth="(\d+)"><span class="name-cell">.*?<span class="type type-[\w-]+">'
+        r'data-depth="(\d+)"><div class="name-cell">.*?<span class="type type-[\w-]+">'
         r"([^<]+)</span><span class=\"span-name\">([^<]*)</span>",
         html,
     )
@@ -451,8 +451,9 @@ def test_the_detail_page_reads_the_same_number_of_queries_for_10_and_2000_spans(
     with CaptureQueriesContext(connection) as queries:
         html = text(client.get(page_url))
     assert html.count('class="span-link"') == 2000
-    opened = html.count('<details class="node"')
-    assert opened == html.count("</details>") > 600  # every subtree closed, none twice
+    # Every subtree is a node with its fold, closed once, none twice.
+    assert html.count('<div class="node"') == html.count('<details class="fold"') > 600
+    assert html.count("<div") == html.count("</div>")
     # The session, the user, her permissions (two), the trace, its spans' shape (ids and
     # parents: what a big trace's first view reads of the spans it does not show), its spans,
     # its model calls' usage (for the summary's tokens and cost), its conversation.
@@ -690,7 +691,7 @@ def test_a_run_with_a_tool_call_shows_its_tree_and_waterfall(
         "    turn turn 2: Support desk",
         "      generation offline-demo",
     ]
-    assert html.count('<details class="node"') == 4  # task, agent and turns fold
+    assert html.count('<details class="fold"') == 4  # task, agent and turns fold
     assert html.count('<div class="row leaf') == 4  # with the demo's input guardrail
     bars = re.findall(
         r'class="bar kind-(\w+)" aria-hidden="true"><rect x="([\d.]+)%" width="([\d.]+)%"', html
@@ -797,8 +798,9 @@ def test_model_and_user_text_in_spans_is_escaped(
     for html in (page, panel, full):
         assert XSS not in html
     assert "Note 3: &lt;script&gt;alert(1)&lt;/script&gt;" in panel
-    # The page's own scripts only: htmx, its ws extension, live.js, errors.js and traces.js.
-    assert page.count("<script") == full.count("<script") == 5
+    # The page's own scripts only: htmx, its ws extension, live.js, errors.js, flash.js and
+    # traces.js.
+    assert page.count("<script") == full.count("<script") == 6
 
 
 @pytest.mark.django_db(transaction=True)

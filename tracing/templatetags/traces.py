@@ -32,10 +32,13 @@ def duration(seconds: float | None) -> str:
 def tree_rows(
     tree: Tree, span_url: str, selected_id: str = "", subtree_url: str = "", roots_url: str = ""
 ) -> SafeString:
-    """The rows of `tree`: a span with children is the <summary> of a <details> that holds
-    them (so subtrees fold without JavaScript), a leaf is a plain row. A span whose children
-    are not shown yet is a closed <details> that loads them when opened (traces.js), and
-    children left out are a "N more" control that loads the next page of them."""
+    """The rows of `tree`: a span with children is a `.node` that holds its row, then them;
+    its row's caret is a <details> of its own, whose <summary> folds the node (a stylesheet
+    rule hides the children of a node whose fold is closed, so subtrees fold without
+    JavaScript), beside the link to the span, never around it. A leaf is a plain row. A span
+    whose children are not shown yet is a folded node that loads them when opened
+    (traces.js), and children left out are a "N more" control that loads the next page of
+    them."""
     parts: list[str] = []
     for item in tree.items:
         if isinstance(item, Row):
@@ -43,7 +46,7 @@ def tree_rows(
         elif isinstance(item, Gap):
             parts.append(_gap(item, subtree_url, roots_url))
         else:
-            parts.append("</details>")
+            parts.append("</div>")
     return mark_safe("".join(parts))
 
 
@@ -56,9 +59,9 @@ def _gap(gap: Gap, subtree_url: str, roots_url: str) -> str:
     label = f"Show {page:,} more" if page == gap.count else f"Show {page:,} more of {gap.count:,}"
     return (
         f'<div class="row gap {gap.depth_class}" data-depth="{gap.depth}">'
-        f'<span class="name-cell"><span class="caret" aria-hidden="true"></span>'
+        f'<div class="name-cell"><span class="caret" aria-hidden="true"></span>'
         f'<a class="tree-more" href="{url}" hx-get="{url}" hx-target="closest .gap" '
-        f'hx-swap="outerHTML" hx-push-url="false">{label}</a></span></div>\n'
+        f'hx-swap="outerHTML" hx-push-url="false">{label}</a></div></div>\n'
     )
 
 
@@ -101,31 +104,36 @@ def _row(row: Row, span_url: str, selected_id: str, subtree_url: str = "") -> st
     place = f'{row.bar_place} height="100%" rx="3"'
     stripes = f'<rect class="bar-stripes" {place} fill="url(#bar-open)"/>' if row.open else ""
     open_bar = " is-open" if row.open else ""
+    if row.has_children:
+        # The node's fold: a button (a <summary>) beside the span's link, not around it.
+        opened = "" if row.is_lazy else " open"
+        caret = (
+            f'<details class="fold"{opened}><summary class="caret">'
+            f'<span class="visually-hidden">Spans under {name}</span></summary></details>'
+        )
+    else:
+        caret = '<span class="caret" aria-hidden="true"></span>'
     cells = (
-        f'<span class="name-cell"><span class="caret" aria-hidden="true"></span>'
+        f'<div class="name-cell">{caret}'
         f'<a class="span-link" href="{url}" hx-get="{url}" data-span="{span_id}" title="{name}">'
         f'<span class="type type-{row.kind}">{label}</span>'
-        f'<span class="span-name">{name}</span>{flags}</a></span>'
+        f'<span class="span-name">{name}</span>{flags}</a></div>'
         f'<span class="bar-cell"><svg class="bar-track"><g class="bar kind-{row.kind}{open_bar}" '
         f'aria-hidden="true"><rect {place}/><rect class="bar-min" x="{row.offset:.3f}%" '
         f'width="2" height="100%" rx="1"/>{stripes}</g><text class="bar-time is-{row.label_place}" '
         f'{row.label_position} y="50%">{row.duration}</text></svg></span>'
     )
-    style = f'data-depth="{row.depth}"'
+    row_html = f'<div class="{classes}" data-depth="{row.depth}">{cells}</div>'
     if row.is_lazy:
         load = escape(subtree_url + quote(span.span_id, safe="") + "/")
         count = f"{row.descendants:,} span{'' if row.descendants == 1 else 's'}"
         return (
-            f'<details class="node is-lazy" id="node-{span_id}" data-load="{load}">'
-            f'<summary class="{classes}" {style}>{cells}</summary>'
+            f'<div class="node is-lazy" id="node-{span_id}" data-load="{load}">{row_html}'
             f'<div class="row subtree-load depth-{min(row.depth + 1, MAX_INDENT)}" '
-            f'data-depth="{row.depth + 1}" hx-push-url="false"><span class="name-cell">'
+            f'data-depth="{row.depth + 1}" hx-push-url="false"><div class="name-cell">'
             f'<span class="caret" aria-hidden="true"></span>'
-            f'<a class="tree-more" href="{load}">Show its {count}</a></span></div></details>\n'
+            f'<a class="tree-more" href="{load}">Show its {count}</a></div></div></div>\n'
         )
     if row.state == "open":
-        return (
-            f'<details class="node" id="node-{span_id}" open>'
-            f'<summary class="{classes}" {style}>{cells}</summary>\n'
-        )
-    return f'<div class="{classes}" {style}>{cells}</div>\n'
+        return f'<div class="node" id="node-{span_id}">{row_html}\n'
+    return row_html + "\n"
