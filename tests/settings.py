@@ -75,3 +75,7 @@ if not os.environ.get("AGENTSITE_LIVE_TEST_SERVER") and not os.environ.get(
 if os.environ.get("AGENTSITE_LIVE_TEST_SERVER"):
     # The site's URLs and the hook the test process calls after each test (tests/urls.py).
     ROOT_URLCONF = "tests.urls"
+
+if os.environ.get("AGENTSITE_LIVE_TEST_SERVER"):
+    # The server outlives each test's database (tests/server_middleware.py says why).
+    MIDDLEWARE = [*MIDDLEWARE, "tests.server_middleware.forget_content_types"]  # noqa: F405
