@@ -5,8 +5,9 @@ fragments the pages render. A push is a hint; every fragment is rendered from th
 not from the event, and a page re-reads its list whenever its socket (re)connects.
 
 What a socket shows comes from its query string (validated with `InboxSocketForm`):
-`?show=pending&agent=..&tool=..` (the pending list), `?show=request&request=<pk>` (one
-request's decision panel), anything else only the pending count.
+`?show=pending&agent=..&tool=..` (the pending list; with each new request, matching or not,
+the filter's choices, which it may add to), `?show=request&request=<pk>` (one request's
+decision panel), anything else only the pending count.
 
 One event reaches every open inbox of this process at once, and most of them show the same
 thing. So a socket's frame is rendered once per event and per what it depends on besides the
@@ -182,7 +183,9 @@ def _render_badge() -> Frame:
 
 
 @database_sync_to_async
-def _render_new_row(request_id: int, back: str, viewers: frozenset[int]) -> Frame:
+def _render_new_row(
+    request_id: int, back: str, view: InboxSocketForm, viewers: frozenset[int]
+) -> Frame:
     approval = views.with_people(views.open_requests()).filter(pk=request_id).first()
     if approval is None:
         return Frame(_badge())
@@ -191,7 +194,13 @@ def _render_new_row(request_id: int, back: str, viewers: frozenset[int]) -> Fram
         html = views.render_row(approval, back=back, user=viewer)
         return f'<div hx-swap-oob="afterbegin:#pending-rows">{html}</div>'
 
-    return _for_everyone(approval, row, _badge(), viewers)
+    return _for_everyone(approval, row, views.render_filters(view) + _badge(), viewers)
+
+
+@database_sync_to_async
+def _render_filters(view: InboxSocketForm) -> Frame:
+    """A list that does not show the new request still offers its agent and tool."""
+    return Frame(views.render_filters(view) + _badge())
 
 
 @database_sync_to_async
@@ -303,14 +312,18 @@ class InboxConsumer(GuardedConsumer):
     # --- this socket's frame, rendered once per event and view (see `shared`) -------------
 
     async def _created(self, event: events.ApprovalCreated) -> Frame:
+        # A pending list gets the filter's choices too: the request may bring new ones.
         key = event_key(event)
-        if self.show == "pending" and self.view.matches(event):
+        view = self.view
+        if self.show == "pending" and view.matches(event):
             back = self.back
             viewers = frozenset(_viewers)
             return await shared(
                 (*key, "pending", self.filter),
-                lambda: _render_new_row(event.request_id, back, viewers),
+                lambda: _render_new_row(event.request_id, back, view, viewers),
             )
+        if self.show == "pending":
+            return await shared((*key, "filters", self.filter), lambda: _render_filters(view))
         return await shared((*key, "badge"), _render_badge)
 
     async def _decided(self, event: events.ApprovalDecided) -> Frame:

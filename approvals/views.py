@@ -87,6 +87,19 @@ def render_row(approval: ApprovalRequest, **context: Any) -> str:
     )
 
 
+def filter_fields(form: InboxFilterForm) -> dict[str, Any]:
+    """What the pending list's filter selects (`inbox.html#filter-fields`) need: the values
+    the open requests have now, and the ones `form` chose."""
+    return {"form": form, **_filter_choices(form, open_requests())}
+
+
+def render_filters(form: InboxFilterForm) -> str:
+    """The filter selects, out of band, for a push: a new request may bring an agent or a
+    tool the page's selects do not offer yet (inbox.js merges them, keeping what is chosen)."""
+    context = {**filter_fields(form), "filters_oob": True}
+    return render_to_string("approvals/inbox.html#filter-fields", context, request=None)
+
+
 # --- access ---------------------------------------------------------------------------------
 
 
@@ -163,7 +176,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "socket_query": urlencode({"show": "pending" if valid else "count"})
         + (f"&{query}" if query else ""),
         "tab": "pending",
-        **_filter_choices(form, open_requests()),
+        **filter_fields(form),
     }
     return render(request, "approvals/inbox.html", context, status=200 if valid else 400)
 
@@ -172,7 +185,8 @@ def inbox(request: HttpRequest) -> HttpResponse:
 @login_required
 @reviewer_required
 def inbox_rows(request: HttpRequest) -> HttpResponse:
-    """The pending rows alone, re-read whenever the page's socket (re)connects."""
+    """The pending rows alone, re-read whenever the page's socket (re)connects, with the
+    filter's choices (out of band: what arrived while the socket was down may bring new ones)."""
     form = InboxFilterForm(request.GET)
     if not form.is_valid():
         return HttpResponse("That filter is not valid.", status=400)
@@ -181,6 +195,7 @@ def inbox_rows(request: HttpRequest) -> HttpResponse:
         "rows": _pending_rows(form),
         "pending_count": pending_count(),
         "back": inbox_url(query),
+        **filter_fields(form),
     }
     return render(request, "approvals/inbox.html#rows-refresh", context)
 

@@ -11,6 +11,60 @@
     });
   });
 
+  /* The filter selects offer the values the pending requests have. The server sends them
+     again with each new request and each re-read (#filter-fields, out of band); they are
+     merged into the page's selects rather than swapped in, so that a value chosen but not
+     applied yet, an open list and focus stay as they are. */
+  function sameOptions(mine, theirs) {
+    if (mine.options.length !== theirs.options.length) return false;
+    for (var i = 0; i < mine.options.length; i++) {
+      if (mine.options[i].value !== theirs.options[i].value ||
+          mine.options[i].text !== theirs.options[i].text) return false;
+    }
+    return true;
+  }
+
+  function mergeSelect(mine, theirs) {
+    if (sameOptions(mine, theirs)) return;
+    var chosen = mine.options[mine.selectedIndex];
+    var options = Array.prototype.map.call(theirs.options, function (option) {
+      return new Option(option.text, option.value);
+    });
+    var kept = chosen && options.some(function (option) { return option.value === chosen.value; });
+    if (chosen && !kept) options.push(new Option(chosen.text, chosen.value));
+    mine.replaceChildren.apply(mine, options);
+    if (chosen) mine.value = chosen.value;
+  }
+
+  function mergeFilters(fields, fresh) {
+    fresh.querySelectorAll(".filter").forEach(function (filter) {
+      var theirs = filter.querySelector("select");
+      var mine = theirs && document.getElementById(theirs.id);
+      if (mine) {
+        mergeSelect(mine, theirs);
+        return;
+      }
+      // A filter the page did not offer yet (its first MCP server's call): in its place,
+      // before the next one the page has.
+      var before = null;
+      for (var next = filter.nextElementSibling; next && !before; next = next.nextElementSibling) {
+        var select = next.querySelector("select");
+        var ours = select && document.getElementById(select.id);
+        before = ours ? ours.closest(".filter") : null;
+      }
+      fields.insertBefore(filter, before);
+    });
+  }
+
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var detail = event.detail;
+    if (!detail.target || detail.target.id !== "filter-fields" || !detail.fragment) return;
+    var fresh = detail.fragment.querySelector("#filter-fields");
+    if (!fresh) return;
+    detail.shouldSwap = false;
+    mergeFilters(detail.target, fresh);
+  });
+
   function boxes() {
     return Array.prototype.slice.call(
       document.querySelectorAll('input[type="checkbox"][name="ids"][form="bulk-form"]'));

@@ -13,6 +13,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from agentsite.asgi import router
+from approvals.forms import InboxSocketForm
 from approvals.models import ApprovalRequest
 from demo.seed import seed_orders
 from engine import events, runs
@@ -146,10 +147,15 @@ async def test_a_filtered_inbox_gets_only_its_rows() -> None:
         request = await ApprovalRequest.objects.select_related("run").aget(pk=request.pk)
         await created(request)
 
-    only_count = await communicator.receive_from(timeout=2)
-    assert only_count.startswith('<span id="pending-count"')
+    # Not its row: the filter's choices (which now offer its tool) and the count.
+    no_row = await communicator.receive_from(timeout=2)
+    assert no_row.startswith('<div id="filter-fields" class="filter-fields" hx-swap-oob="true">')
+    assert '<option value="cancel_order">' in no_row
+    assert '<option value="issue_refund" selected>' in no_row
+    assert "<li" not in no_row and '<span id="pending-count"' in no_row
     row = await communicator.receive_from(timeout=2)
     assert f'<li id="request-{refund.pk}"' in row
+    assert '<div id="filter-fields"' in row
     await communicator.disconnect()
 
 
@@ -217,15 +223,16 @@ async def test_nothing_arrives_after_the_socket_closes() -> None:
 
 @pytest.fixture
 def renders(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
-    """Counts the row and panel renders and the pending counts the sockets make."""
+    """Counts the row, filter and panel renders and the pending counts the sockets make."""
     from approvals import consumers, views
 
     consumers._shared.clear()
-    calls: dict[str, list[Any]] = {"row": [], "count": [], "panel": []}
-    render_row, pending_count, panel_context = (
+    calls: dict[str, list[Any]] = {"row": [], "count": [], "panel": [], "filters": []}
+    render_row, pending_count, panel_context, render_filters = (
         views.render_row,
         views.pending_count,
         views.panel_context,
+        views.render_filters,
     )
 
     def counted_row(approval: Any, **context: Any) -> str:
@@ -240,7 +247,12 @@ def renders(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         calls["panel"].append(approval.pk)
         return panel_context(approval, *args, **kwargs)
 
+    def counted_filters(form: Any) -> str:
+        calls["filters"].append(form.cleaned_data)
+        return render_filters(form)
+
     monkeypatch.setattr(views, "render_row", counted_row)
+    monkeypatch.setattr(views, "render_filters", counted_filters)
     monkeypatch.setattr(views, "pending_count", counted_count)
     monkeypatch.setattr(views, "panel_context", counted_panel)
     return calls
@@ -322,17 +334,26 @@ async def test_each_view_gets_its_own_fragment_rendered_once(renders: dict) -> N
         "tool": "/inbox/?tool=issue_refund",
         "both": "/inbox/?agent=Billing&tool=issue_refund",
     }
+    rows = {name: new[name].split('<div id="filter-fields"')[0] for name in views_}
     for name, back in backs.items():
-        assert f'<li id="request-{request.pk}" class="row row-pending">' in new[name]
-        assert f'name="next" value="{escape(back)}"' in new[name]
-        assert new[name].replace(escape(back), "/inbox/") == new["all"]  # only the link differs
+        assert f'<li id="request-{request.pk}" class="row row-pending">' in rows[name]
+        assert f'name="next" value="{escape(back)}"' in rows[name]
+        assert rows[name].replace(escape(back), "/inbox/") == rows["all"]  # only the link differs
     badge = new["count"]
     assert badge.startswith('<span id="pending-count"') and 'data-title-count="2"' in badge
-    for name in ("elsewhere", "detail", "other_detail"):
+    for name in ("detail", "other_detail"):
         assert new[name] == badge
-    assert new["all"].endswith(badge)
-    # One render per view: three lists with a row, and one badge for all the others.
-    assert sorted(renders["row"]) == sorted(backs.values()) and len(renders["count"]) == 4
+    # Every list gets the filter's choices, with its own chosen; the one it is not in too.
+    assert new["elsewhere"].startswith('<div id="filter-fields"')
+    assert '<option value="cancel_order" selected>' in new["elsewhere"]
+    assert '<option value="issue_refund">' in new["elsewhere"]
+    assert '<option value="issue_refund" selected>' in new["tool"]
+    for name in (*backs, "elsewhere"):
+        assert new[name].endswith(badge)
+    # One render per view: three lists with a row, the list without it, and one badge for
+    # all the others.
+    assert sorted(renders["row"]) == sorted(backs.values())
+    assert len(renders["filters"]) == 4 and len(renders["count"]) == 5
 
     # Its decision: the decided row in the lists it is in, the panel on its own page.
     await runs.adecide(request.pk, rita, runs.Decision.approve(note="fine"))
@@ -350,7 +371,7 @@ async def test_each_view_gets_its_own_fragment_rendered_once(renders: dict) -> N
         assert decided[name] == badge
     assert len(renders["row"]) == 6 and renders["panel"] == [request.pk]
     # Four lists (which of them a decided row belongs in is read with it), the panel, a badge.
-    assert len(renders["count"]) == 4 + 6
+    assert len(renders["count"]) == 5 + 6 and len(renders["filters"]) == 4
     for socket in sockets:
         assert await socket.receive_nothing(timeout=0.05)
         await socket.disconnect()
@@ -407,7 +428,12 @@ def test_a_row_for_a_reviewer_who_asked_herself_asks_her_permissions_once(
         return real(user)
 
     monkeypatch.setattr(consumers, "is_reviewer", counted)
-    render = consumers._render_new_row.func
+    view = InboxSocketForm({"show": "pending"})
+    assert view.is_valid()
+
+    def render(request_id: int, back: str, viewers: frozenset[int]) -> Any:
+        return consumers._render_new_row.func(request_id, back, view, viewers)
+
     frame = render(request.pk, "/inbox/", frozenset({rita.pk, rita.pk + 1}))
 
     assert asked == [rita.pk]

@@ -185,12 +185,20 @@ def test_a_malformed_filter_is_a_clear_400(client: Client, rita: Any) -> None:
     assert client.get(reverse("inbox_history"), {"page": "two"}).status_code == 400
 
 
-def test_the_rows_fragment_holds_the_rows_and_the_count(client: Client, rita: Any) -> None:
+def test_the_rows_fragment_holds_the_rows_the_count_and_the_filter_choices(
+    client: Client, rita: Any
+) -> None:
     request = make_request()
-    html = text(client.get(reverse("inbox_rows"), **HTMX))
+    make_request(agent_name="Billing", tool_name="issue_refund", arguments={"amount": 80})
+    html = text(client.get(reverse("inbox_rows"), {"tool": "cancel_order"}, **HTMX))
     assert html.lstrip().startswith(f'<li id="request-{request.pk}" class="row row-pending">')
     assert '<span id="pending-count"' in html and 'hx-swap-oob="true"' in html
     assert "<html" not in html
+    # The choices of every pending request, not only the rows shown: a request that arrived
+    # while the socket was down may have brought one.
+    choices = html.split('<div id="filter-fields" class="filter-fields" hx-swap-oob="true">')[1]
+    assert '<option value="Billing">' in choices and '<option value="issue_refund">' in choices
+    assert '<option value="cancel_order" selected>' in choices
 
 
 # --- one request ----------------------------------------------------------------------------

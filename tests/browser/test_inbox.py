@@ -135,6 +135,56 @@ def test_a_new_request_appears_in_the_open_inbox_without_a_reload(
     wait_for_run(run.pk, RunStatus.COMPLETED)
 
 
+def test_the_filters_offer_the_agent_and_tool_of_a_request_that_arrives_live(
+    sweeping_site: Any, page: Any
+) -> None:
+    alice = make_user(username="alice")
+    chen = make_user(username="chen")  # the demo customer of order 7
+    make_reviewer("rita", PASSWORD)
+    make_request(run=make_run(owner=alice), agent_name="Billing", tool_name="cancel_order")
+
+    open_inbox(page, sweeping_site, "rita")
+    agents, tools = page.locator("#filter-agent"), page.locator("#filter-tool")
+    expect(agents.locator("option")).to_have_text(["All agents", "Billing"])
+    expect(tools.locator("option")).to_have_text(["All tools", "cancel_order"])
+    tools.select_option("cancel_order")  # chosen, not applied yet
+    # A second inbox, filtered: the new request is not in its list, its choices are.
+    filtered = page.context.new_page()
+    filtered.set_default_timeout(10_000)
+    filtered.goto(f"{sweeping_site.url}/inbox/?tool=cancel_order")
+    expect(filtered.locator("[data-live-status]")).to_have_text("Live")
+    expect(filtered.locator("#pending-rows.htmx-request")).to_have_count(0)
+    page.evaluate("window.notReloaded = true")
+
+    conversation = make_conversation(owner=chen, agent_name="support")
+    run = in_thread(lambda: runs.start_run(conversation, "refund 80 on order 7", chen))
+    deadline = time.monotonic() + 15
+    while not (request := ApprovalRequest.objects.filter(run=run).first()):
+        assert time.monotonic() < deadline, AgentRun.objects.get(pk=run.pk).status
+        time.sleep(0.05)
+    assert (request.agent_name, request.tool_name) == ("Support desk", "issue_refund")
+
+    expect(page.locator(f"#request-{request.pk}")).to_be_visible()
+    expect(agents.locator("option")).to_have_text(["All agents", "Billing", "Support desk"])
+    expect(tools.locator("option")).to_have_text(["All tools", "cancel_order", "issue_refund"])
+    expect(tools).to_have_value("cancel_order")  # her choice stays
+    assert page.evaluate("window.notReloaded") is True
+    page.screenshot(path="/tmp/inbox-shots/inbox-filters-live.png")
+
+    expect(filtered.locator(f"#request-{request.pk}")).to_have_count(0)
+    filtered_tools = filtered.locator("#filter-tool")
+    expect(filtered_tools.locator("option")).to_have_text(
+        ["All tools", "cancel_order", "issue_refund"]
+    )
+    expect(filtered_tools).to_have_value("cancel_order")
+    # The new choice filters like any other.
+    filtered_tools.select_option("issue_refund")
+    filtered.get_by_role("button", name="Filter").click()
+    expect(filtered).to_have_url(re.compile(r"/inbox/\?.*tool=issue_refund"))
+    expect(filtered.locator("#pending-rows > li.row-pending")).to_have_count(1)
+    expect(filtered.locator(f"#request-{request.pk}")).to_be_visible()
+
+
 def test_a_rejection_with_a_message_is_in_the_history(live_site: Any, page: Any) -> None:
     alice = make_user(username="alice")
     make_reviewer("rita", PASSWORD)
