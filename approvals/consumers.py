@@ -232,10 +232,11 @@ def _render_panel(request_id: int, viewers: frozenset[int]) -> Frame:
     if approval is None:
         return Frame(_badge())
     context = {**views.panel_context(approval), "oob": True}
-    # The transcript's line of the call stops saying "waiting for you".
+    # The transcript's line of the call stops saying "waiting for you"; after an edit, the
+    # call shows the arguments it ran with.
     state = render_to_string(
         "approvals/request_detail.html#call-state", {**context, "state_oob": True}
-    )
+    ) + render_to_string("approvals/request_detail.html#edited", context)
 
     def panel(viewer: Any) -> str:
         return render_to_string(

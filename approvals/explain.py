@@ -127,6 +127,11 @@ def arguments_for(arguments: Any, sheet: registry.ToolSheet) -> list[Argument]:
     return shown
 
 
+def ran_with(request: ApprovalRequest, arguments: Any) -> list[Argument]:
+    """The arguments a reviewer's edit ran the call with, labelled as the model's are."""
+    return arguments_for(arguments, registry.request_sheet(request.run.agent_name, request))
+
+
 def attach(requests: Iterable[ApprovalRequest], *, with_facts: bool = True) -> None:
     """Explain each of `requests` and keep it on the request (`for_request` reads it): one
     tool lookup per tool, and one facts call per facts hook for them all."""

@@ -232,6 +232,12 @@ def panel_context(
     return {
         "approval": approval,
         "decision": decision,
+        # An edit, then approval: the page shows the call as it ran, beside the model's.
+        "ran_with": (
+            explain.ran_with(approval, decision.edited_arguments)
+            if decision is not None and decision.is_edit
+            else None
+        ),
         "decision_form": form or DecisionForm(initial={"seen_hash": approval.arguments_hash}),
         "next_request": next_request,
         "expired": approval.is_overdue(),

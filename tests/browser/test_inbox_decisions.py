@@ -179,3 +179,61 @@ def test_a_reviewer_edits_the_arguments_then_approves_and_the_edited_call_runs(
     wait_for_run(request.run_id, RunStatus.COMPLETED)
     statuses = dict(Order.objects.filter(number__in=[42, 44]).values_list("number", "status"))
     assert statuses == {42: Order.Status.PLACED, 44: Order.Status.CANCELLED}
+
+
+def test_after_an_edit_the_open_request_pages_show_the_call_as_it_ran(
+    live_site: Any, page: Any, browser: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    make_reviewer("bob", PASSWORD)
+    request = pause("cancel order 42", alice)
+    # bob has the request's page open too: what changes on it is pushed.
+    bobs = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+    bobs.set_default_timeout(10_000)
+    open_inbox(bobs, live_site, "bob", then=f"/inbox/{request.pk}/")
+    open_inbox(page, live_site, "rita", then=f"/inbox/{request.pk}/")
+    for each in (page, bobs):
+        each.evaluate("window.notReloaded = true")
+
+    page.get_by_text("Edit the arguments, then approve").click()
+    page.get_by_label("Order Id").fill("44")
+    page.get_by_role("button", name="Approve with these arguments").click()
+
+    for each in (page, bobs):
+        decision = each.get_by_role("region", name="Decision")
+        expect(decision).to_contain_text("Arguments edited by rita")
+        # The card says what ran, then what the model asked.
+        card = each.get_by_role("region", name="Request")
+        ran = card.get_by_label("It ran with")
+        expect(ran.locator("dt")).to_have_text(["Order Id The order number to cancel."])
+        expect(ran.locator("dd")).to_have_text(["44"])
+        expect(card.locator("h3")).to_have_text(
+            [
+                "It ran with arguments edited by rita",
+                "The model asked not run as asked",
+                "What the call would touch",
+            ]
+        )
+        # The transcript's line of the call is the call that ran.
+        current = each.locator(".line-call.is-current")
+        expect(current.locator(".who-label")).to_have_text(
+            "approved by rita, with edited arguments"
+        )
+        expect(current.locator("code")).to_have_text("cancel_order(order_id=44)")
+        assert each.evaluate("window.notReloaded") is True
+        # "The model asked" and "It ran with" start their calls at the same place.
+        calls = decision.locator(".edit-record dd")
+        expect(calls).to_have_count(2)
+        lefts = [box["x"] for box in (calls.nth(0).bounding_box(), calls.nth(1).bounding_box())]
+        assert lefts[0] == lefts[1], lefts
+    page.screenshot(path="/tmp/inbox-shots/request-edited.png", full_page=True)
+    bobs.screenshot(path="/tmp/inbox-shots/request-edited-phone.png", full_page=True)
+
+    # A reload shows the same: the run resumed with the edited call.
+    wait_for_run(request.run_id, RunStatus.COMPLETED)
+    page.reload()
+    expect(page.get_by_role("region", name="Request").get_by_label("It ran with")).to_contain_text(
+        "44"
+    )
+    expect(page.locator(".line-call.is-current code")).to_have_text("cancel_order(order_id=44)")
