@@ -113,8 +113,15 @@ def _get_request_for_reviewer(request: HttpRequest, pk: int) -> ApprovalRequest:
     return get_object_or_404(with_people(ApprovalRequest.objects.all()), pk=pk)
 
 
-def _errors_text(form: forms.Form) -> str:
-    return " ".join(str(error) for errors in form.errors.values() for error in errors)
+def _errors_text(form: forms.Form, but: tuple[str, ...] = ()) -> str:
+    """The form's errors as one text, but those of the fields `but` (shown at their field)."""
+    return " ".join(
+        str(error) for name, errors in form.errors.items() if name not in but for error in errors
+    )
+
+
+# The fields a row shows its errors at, under their boxes (the others go in its notice).
+ROW_FIELDS = ("message", "note", "response")
 
 
 def _safe_next(request: HttpRequest, value: str | None, default: str) -> str:
@@ -344,8 +351,10 @@ def _decision_fragment(
     context: dict[str, Any] = {"notice": notice, "ok": ok, "pending_count": pending_count()}
     if in_row:
         if form is not None:
-            errors = _errors_text(form) + (" " + _errors_text(edit_form) if edit_form else "")
-            context.update(notice=errors.strip(), ok=False)
+            # A box's error goes under it, the box open with what was typed (`row_form`).
+            errors = _errors_text(form, but=ROW_FIELDS)
+            errors += " " + _errors_text(edit_form) if edit_form else ""
+            context.update(notice=errors.strip(), ok=False, row_form=form)
         context.update(approval=approval, back=inbox_url())
         return render(request, "approvals/inbox.html#row-decided", context)
     context.update(panel_context(approval, form, edit_form))

@@ -141,6 +141,53 @@
     dialog.addEventListener("close", function () { dialog.replaceChildren(); });
   });
 
+  /* A row's Reject opens its reject box (a message to the agent and an internal note, both
+     optional) instead of rejecting at once; the box's own button rejects. Without this script
+     Reject rejects at once. The box is a disclosure: its Reject says whether it is open. */
+  function enhanceRows() {
+    document.querySelectorAll("#pending-rows [data-reject-open]:not([aria-expanded])")
+      .forEach(function (toggle) {
+        var box = toggle.form && toggle.form.querySelector("[data-reject-box]");
+        if (!box) return;
+        toggle.setAttribute("aria-controls", box.id);
+        toggle.setAttribute("aria-expanded", box.hidden ? "false" : "true");
+      });
+  }
+
+  function setReject(row, open, focusToggle) {
+    var toggle = row && row.querySelector("[data-reject-open]");
+    var box = row && row.querySelector("[data-reject-box]");
+    if (!toggle || !box) return;
+    box.hidden = !open;  // closing keeps what was typed
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+    if (open) box.querySelector("[data-reject-message]").focus();
+    else if (focusToggle) toggle.focus();
+  }
+
+  document.addEventListener("click", function (event) {
+    if (!event.target.closest) return;
+    var toggle = event.target.closest("#pending-rows [data-reject-open]");
+    var cancel = event.target.closest("#pending-rows [data-reject-cancel]");
+    if (toggle) {
+      event.preventDefault();  // no submission: the box asks first
+      var row = toggle.closest("li.row-pending");
+      setReject(row, row.querySelector("[data-reject-box]").hidden, false);
+    } else if (cancel) {
+      setReject(cancel.closest("li.row-pending"), false, true);
+    }
+  });
+
+  // A box whose text the server refused is open with the error under it (and aria-invalid):
+  // focus goes back to it, since the answer replaced the field that had it.
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var config = event.detail && event.detail.requestConfig;
+    var active = document.activeElement;
+    if (!config || config.verb !== "post" || (active && active !== document.body)) return;
+    var invalid = document.querySelector(
+      '#pending-rows [aria-invalid="true"], .decision [aria-invalid="true"]');
+    if (invalid) invalid.focus();
+  });
+
   /* The keyboard flow: j / k move between pending requests, a approves the current one, r
      opens its reject box with the message focused; after a decision, focus moves to the next
      request. Keys typed into a field, or with a modifier, are left alone. */
@@ -211,10 +258,7 @@
   }
 
   function openReject(row) {
-    var box = row.querySelector("[data-reject-box]");
-    if (!box) return;
-    box.hidden = false;
-    box.querySelector("[data-reject-message]").focus();
+    setReject(row, true, false);
   }
 
   function nextOf(row) {
@@ -225,15 +269,16 @@
 
   document.addEventListener("keydown", function (event) {
     if (!document.getElementById("pending-rows") || confirmOpen()) return;
-    if (event.target && event.target.matches && event.target.matches("[data-reject-message]")) {
-      var form = event.target.form;
-      var row = event.target.closest("li.row-pending");
+    var box = event.target && event.target.closest && event.target.closest("[data-reject-box]");
+    if (box) {
+      var row = box.closest("li.row-pending");
       if (event.key === "Escape") {
-        event.target.closest("[data-reject-box]").hidden = true;
-        focusRow(row);
-      } else if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
         event.preventDefault();
-        decide(row, form.querySelector('[data-reject-box] button[value="reject"]'));
+        setReject(row, false, true);
+      } else if (event.key === "Enter" && (event.ctrlKey || event.metaKey) &&
+                 event.target.matches("textarea")) {
+        event.preventDefault();
+        decide(row, box.querySelector("[data-reject-send]"));
       }
       return;
     }
@@ -275,7 +320,9 @@
     var list = document.getElementById("pending-rows");
     if (!list) return;
     noteRows(false);
+    enhanceRows();
     new MutationObserver(function () {
+      enhanceRows();
       noteRows(true);
       afterDecision();
     }).observe(list, {childList: true});

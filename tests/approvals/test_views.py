@@ -327,6 +327,32 @@ def test_approve_always_from_a_row_answers_with_the_decided_row(
     assert ApprovalRequest.objects.get(pk=other.pk).is_pending
 
 
+def test_a_rows_refused_text_comes_back_in_its_open_box_with_the_error_under_it(
+    client: Client, rita: Any
+) -> None:
+    request = make_request()
+    url = reverse("inbox_decide", args=[request.pk])
+    row = {"HTTP_HX_TARGET": f"request-{request.pk}", **HTMX}
+
+    html = text(client.post(url, decide_data(request, "respond", response="  "), **row))
+    assert html.lstrip().startswith(f'<li id="request-{request.pk}" class="row row-pending">')
+    assert '<details class="row-respond" data-respond-box open>' in html
+    assert (
+        f'data-respond-text aria-invalid="true" aria-describedby="row-response-error-{request.pk}">'
+        "  </textarea>"
+    ) in html
+    assert f'<p class="field-error" id="row-response-error-{request.pk}">Write the result' in html
+    assert "row-notice" not in html  # said under the box, not elsewhere
+
+    too_long = "x" * (runs.MAX_MESSAGE_CHARS + 1)
+    html = text(client.post(url, decide_data(request, "reject", message=too_long), **row))
+    assert f'id="reject-box-{request.pk}" role="group"' in html
+    assert "data-reject-box hidden" not in html  # open
+    assert f'aria-describedby="row-message-error-{request.pk}">{too_long}</textarea>' in html
+    assert "at most 2000 characters" in html and "row-notice" not in html
+    assert ApprovalDecision.objects.count() == 0
+
+
 def test_a_second_click_is_told_who_decided_first(client: Client, rita: Any) -> None:
     request = make_request()
     url = reverse("inbox_decide", args=[request.pk])

@@ -229,7 +229,9 @@ def test_the_inbox_shows_her_own_requests_as_needing_another_reviewer(
     other_row = other_row[: other_row.index("</li>")]
     assert "needs another reviewer" in own_row
     assert 'value="approve" class="btn btn-approve" disabled' in own_row
-    assert 'value="reject" class="btn btn-reject">' in own_row  # rejecting stays possible
+    assert (
+        'value="reject" class="btn btn-reject" data-reject-open>' in own_row
+    )  # rejecting stays possible
     assert "needs another reviewer" not in other_row
     assert "disabled" not in other_row
 

@@ -237,3 +237,100 @@ def test_after_an_edit_the_open_request_pages_show_the_call_as_it_ran(
         "44"
     )
     expect(page.locator(".line-call.is-current code")).to_have_text("cancel_order(order_id=44)")
+
+
+def test_an_empty_answer_as_the_tool_keeps_its_box_open_with_the_error_under_it(
+    live_site: Any, page: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    request = pause("cancel order 42", alice)
+
+    open_inbox(page, live_site, "rita")
+    row = page.locator(f"#request-{request.pk}")
+    row.get_by_text("Respond as the tool").click()
+    output = row.get_by_label("The tool's output")
+    output.fill("   ")  # nothing to answer with
+    row.get_by_role("button", name="Send as the tool's output").click()
+
+    # The box is still open, with what she typed, and says what is wrong under it.
+    expect(output).to_have_attribute("aria-invalid", "true")
+    expect(output).to_be_visible()
+    expect(output).to_have_value("   ")
+    expect(output).to_be_focused()
+    error = page.locator(f"#{output.get_attribute('aria-describedby')}")
+    expect(error).to_have_text(
+        "Write the result the agent should read as the tool's output; it is empty."
+    )
+    expect(error).to_be_visible()
+    # Right under the box, and nowhere else.
+    box, under = output.bounding_box(), error.bounding_box()
+    assert 0 <= under["y"] - (box["y"] + box["height"]) < 24, (box, under)
+    expect(row.locator(".row-notice")).to_have_count(0)
+    page.screenshot(path="/tmp/inbox-shots/inbox-respond-error.png")
+    assert request.__class__.objects.get(pk=request.pk).is_pending
+
+    output.fill("Order 42 was cancelled by hand.")
+    row.get_by_role("button", name="Send as the tool's output").click()
+    expect(row).to_contain_text("Answered")
+    decided = ApprovalDecision.objects.get(request=request)
+    assert (decided.kind, decided.message) == (
+        DecisionKind.RESPONDED,
+        "Order 42 was cancelled by hand.",
+    )
+
+
+def test_a_rows_reject_asks_for_an_optional_message_and_note_first(
+    live_site: Any, page: Any
+) -> None:
+    alice = make_user(username="alice")
+    make_reviewer("rita", PASSWORD)
+    first = pause("cancel order 42", alice)
+    second = pause("cancel order 44", alice)
+
+    open_inbox(page, live_site, "rita")
+    row = page.locator(f"#request-{first.pk}")
+    reject = row.get_by_role("button", name="Reject", exact=True)
+    expect(reject).to_have_attribute("aria-expanded", "false")
+    reject.click()
+    # Nothing is decided yet: a small form opens, its message focused.
+    expect(reject).to_have_attribute("aria-expanded", "true")
+    message = row.get_by_label("Message to the agent")
+    expect(message).to_be_focused()
+    expect(row.get_by_label("Internal note")).to_be_visible()
+    assert first.__class__.objects.get(pk=first.pk).is_pending
+    page.screenshot(path="/tmp/inbox-shots/inbox-reject-box.png")
+
+    # Cancel (or Escape) closes it and decides nothing; what was typed stays.
+    message.fill("Order 42 already shipped; offer a return.")
+    row.get_by_role("button", name="Cancel").click()
+    expect(message).to_be_hidden()
+    expect(reject).to_be_focused()
+    expect(reject).to_have_attribute("aria-expanded", "false")
+    page.keyboard.press("Enter")  # the keyboard opens it again
+    expect(message).to_be_focused()
+    expect(message).to_have_value("Order 42 already shipped; offer a return.")
+    page.keyboard.press("Escape")
+    expect(message).to_be_hidden()
+    expect(reject).to_be_focused()
+    assert first.__class__.objects.get(pk=first.pk).is_pending
+
+    reject.click()
+    row.get_by_label("Internal note").fill("Checked with the warehouse.")
+    row.get_by_role("button", name="Reject the call").click()
+    expect(row).to_contain_text("Rejected")
+    decided = ApprovalDecision.objects.get(request=first)
+    assert (decided.approved, decided.message, decided.note) == (
+        False,
+        "Order 42 already shipped; offer a return.",
+        "Checked with the warehouse.",
+    )
+
+    # A quick reject with no message is one more click (or Ctrl+Enter in the box).
+    other = page.locator(f"#request-{second.pk}")
+    other.get_by_role("button", name="Reject", exact=True).click()
+    expect(other.get_by_label("Message to the agent")).to_be_focused()
+    page.keyboard.press("Control+Enter")
+    expect(other).to_contain_text("Rejected")
+    decided = ApprovalDecision.objects.get(request=second)
+    assert (decided.approved, decided.message, decided.note) == (False, "", "")
