@@ -58,6 +58,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
         "secret": secret,
         "tokens": ApiToken.objects.filter(user=_owner(request)),
         "now": timezone.now(),
+        "tab": "tokens",
     }
     return render(request, "api/tokens.html", context, status=status)
 

@@ -95,6 +95,17 @@ def still_same_document(page: Any) -> bool:
     return bool(page.evaluate("window.__sameDocument === true"))
 
 
+def looks(locator: Any) -> dict[str, Any]:
+    """What a control looks like: its computed background, corners, left padding and size."""
+    return dict(
+        locator.evaluate(
+            """(e) => { const s = getComputedStyle(e); const r = e.getBoundingClientRect();
+            return {background: s.backgroundColor, radius: s.borderTopLeftRadius,
+                    padding: parseFloat(s.paddingLeft), height: r.height, width: r.width}; }"""
+        )
+    )
+
+
 # --- the inbox --------------------------------------------------------------------------------
 
 

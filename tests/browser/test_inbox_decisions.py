@@ -15,6 +15,7 @@ from demo.models import Order
 from engine.models import RunStatus
 from tests.browser import (
     PASSWORD,
+    looks,
     open_inbox,
     pause,
     wait_for_run,
@@ -164,8 +165,13 @@ def test_a_reviewer_edits_the_arguments_then_approves_and_the_edited_call_runs(
     order = page.get_by_label("Order Id")
     expect(order).to_be_visible()
     expect(order).to_have_value("42")
+    # A number's box looks like the page's other boxes, as wide as its field.
+    field, message = looks(order), looks(page.get_by_label("Message to the agent"))
+    assert field["radius"] == message["radius"] == "8px", (field, message)
+    assert field["padding"] == message["padding"] and field["height"] >= 36, field
+    assert field["width"] == looks(page.locator(".edit-field").first)["width"]
     order.fill("44")
-    page.screenshot(path="/tmp/e-inbox-edit.png", full_page=True)
+    page.screenshot(path="/tmp/inbox-shots/request-edit-form.png", full_page=True)
     page.get_by_role("button", name="Approve with these arguments").click()
 
     decision = page.get_by_role("region", name="Decision")
