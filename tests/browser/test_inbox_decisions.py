@@ -340,3 +340,24 @@ def test_a_rows_reject_asks_for_an_optional_message_and_note_first(
     expect(other).to_contain_text("Rejected")
     decided = ApprovalDecision.objects.get(request=second)
     assert (decided.approved, decided.message, decided.note) == (False, "", "")
+
+
+def test_on_a_phone_an_arguments_long_hint_leaves_its_value_room(
+    live_site: Any, browser: Any
+) -> None:
+    make_reviewer("rita", PASSWORD)
+    request = pause("refund 80 on order 7", make_user(username="chen"))
+    page = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+    page.set_default_timeout(10_000)
+    open_inbox(page, live_site, "rita", then=f"/inbox/{request.pk}/")
+
+    arguments = page.get_by_role("region", name="Request").get_by_label("Arguments")
+    expect(arguments.locator("dd")).to_have_text(["7", "$80.00"])
+    box = arguments.bounding_box()
+    lines = "(e) => { const r = document.createRange(); r.selectNodeContents(e); "
+    lines += "return r.getClientRects().length; }"
+    for value in arguments.locator("dd").all():
+        # On one line, with room to spare: not a column of single characters.
+        shown = value.bounding_box()
+        assert shown["width"] >= box["width"] * 0.4, (shown, box)
+        assert value.evaluate(lines) == 1
