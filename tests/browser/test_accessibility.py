@@ -251,6 +251,21 @@ def confirm_bulk(page: Any) -> None:
     expect(page.get_by_role("dialog")).to_be_visible()
 
 
+def open_reject(page: Any) -> None:
+    """A row's reject box, open: a message to the agent and an internal note."""
+    row = page.locator("#pending-rows > li.row-pending").first
+    row.get_by_role("button", name="Reject", exact=True).click()
+    expect(row.get_by_label("Message to the agent")).to_be_focused()
+
+
+def refuse_an_empty_answer(page: Any) -> None:
+    """A row's answer as the tool sent empty: its box open with the error under it."""
+    row = page.locator("#pending-rows > li.row-pending").first
+    row.get_by_text("Respond as the tool").click()
+    row.get_by_role("button", name="Send as the tool's output").click()
+    expect(row.get_by_label("The tool's output")).to_have_attribute("aria-invalid", "true")
+
+
 def toggle(page: Any) -> None:
     page.get_by_role("button", name=re.compile("^Turn (on|off)")).first.click()
     expect(page.locator("[data-flash]")).to_contain_text("Rule")
@@ -290,6 +305,19 @@ def test_the_end_users_pages_have_no_serious_violations(live_site: Any, browser:
 def test_the_reviewers_pages_have_no_serious_violations(live_site: Any, browser: Any) -> None:
     day = working_day()
     rule = ApprovalPolicy.objects.get()
+
+    def edited() -> int:
+        """A request rita approved with arguments of her own (the page says what ran)."""
+        alice = get_user_model().objects.get(username="alice")
+        conversation = make_conversation(owner=alice, agent_name="support", title="Order 44")
+        started = runs.start_run(conversation, "cancel order 44", alice)
+        asyncio.run(runs.execute(started.pk))
+        request = AgentRun.objects.get(pk=started.pk).approval_requests.get()
+        rita = get_user_model().objects.get(username="rita")
+        runs.decide(request, rita, runs.Decision.edit({"order_id": 46}))
+        return int(request.pk)
+
+    edited_pk = in_thread(edited)
     assert_none(
         audit_pages(
             browser,
@@ -298,8 +326,11 @@ def test_the_reviewers_pages_have_no_serious_violations(live_site: Any, browser:
             [
                 "/inbox/",
                 ("/inbox/", confirm_bulk),
+                ("/inbox/", open_reject),
+                ("/inbox/", refuse_an_empty_answer),
                 f"/inbox/{day.pending}/",
                 f"/inbox/{day.decided}/",
+                f"/inbox/{edited_pk}/",
                 "/inbox/history/",
                 "/inbox/policies/",
                 ("/inbox/policies/", toggle),
