@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
+from approvals.models import ApprovalDecision, ApprovalPolicy, ApprovalRequest, ApprovalStatus
 from demo.models import OrderEvent
 from engine import runs
 from engine.models import AgentRun, RunStatus
@@ -320,5 +321,6 @@ def test_each_rules_enabled_box_in_the_list_is_named_after_its_rule(admin_client
     from demo.seed import seed_policies
 
     seed_policies()
+    [name] = ApprovalPolicy.objects.values_list("name", flat=True)
     listed = admin_client.get("/admin/approvals/approvalpolicy/").content.decode()
-    assert 'aria-label="Small refunds go through: enabled"' in listed
+    assert f'aria-label="{html.escape(name)}: enabled"' in listed
