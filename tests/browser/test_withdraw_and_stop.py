@@ -85,8 +85,9 @@ def test_a_withdrawn_request_leaves_the_open_inbox_and_the_agent_answers(
     # alice's chat: the agent answered that nothing was done; the conversation is free.
     turn = page.locator(f"#run-{request.run_id}")
     expect(turn).to_have_attribute("data-status", "completed", timeout=10_000)
-    expect(turn).to_contain_text("was not approved, so nothing was done")
-    expect(turn).to_contain_text("The user withdrew this request")
+    # Told to her as hers: on the call's note, and in the agent's answer.
+    expect(turn).to_contain_text("You withdrew this request; nothing was done.")
+    expect(turn).to_contain_text("You withdrew the request to cancel order 42")
     request.refresh_from_db()
     assert request.status == ApprovalStatus.WITHDRAWN
     assert request.decided_by is not None and request.decided_by.get_username() == "alice"
@@ -114,7 +115,7 @@ def test_stop_mid_stream_keeps_the_partial_reply_and_a_new_message_works(
 
     turn = page.locator(f"#run-{run.pk}")
     expect(turn).to_have_attribute("data-status", "cancelled", timeout=5_000)
-    expect(turn.locator(".run-cancelled")).to_contain_text("Stopped by alice.")
+    expect(turn.locator(".run-cancelled")).to_contain_text("You stopped this reply")
     partial = turn.locator(".msg-assistant .bubble")
     expect(partial).to_contain_text("I'm the offline demo")
     said = partial.inner_text()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -47,10 +48,9 @@ def renders(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     render = consumers._render_new_row
 
-    async def counted(request_id: int, back: str, viewers: frozenset[int]) -> str:
+    async def counted(request_id: int, *rest: Any) -> Any:
         seen.append(request_id)
-        html: str = await render(request_id, back, viewers)
-        return html
+        return await render(request_id, *rest)
 
     monkeypatch.setattr(consumers, "_render_new_row", counted)
     return seen
