@@ -45,6 +45,8 @@ from openai.types.responses import (
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
+from common import formatting
+
 # What the model reports as its name; engine.providers.OFFLINE_MODEL_NAME says the same.
 MODEL_NAME = "offline-demo"
 
@@ -490,7 +492,7 @@ def _describe_call(tool_name: str, arguments: dict[str, Any]) -> str:
         return f"cancel order {order}"
     if tool_name == "issue_refund" and order is not None:
         amount = arguments.get("amount")
-        shown = f"${amount:,.2f}" if isinstance(amount, int | float) else str(amount)
+        shown = formatting.money(amount, "USD") or str(amount)
         return f"refund {shown} on order {order}"
     if tool_name == "send_email" and arguments.get("to"):
         return f"email {arguments['to']}"

@@ -279,28 +279,26 @@ def evaluate(
             continue
         why = "; ".join(text for _, text in reasons) or f"every call of {rule.scope()}"
         if rule.action == PolicyAction.APPROVE and not call.auto_approve:
-            return Verdict(
-                PolicyAction.ASK,
-                f"it would approve ({why}), but the tool's author requires a person",
-                rule.id,
-                rule.name,
-                on_expiry=rule.on_expiry,
-                escalate_to=rule.escalate_to,
-            )
+            return _ask(rule, f"it would approve ({why}), but the tool's author requires a person")
         if rule.action == PolicyAction.APPROVE and rule.requires_no_warnings:
             return _unless_warned(rule, call, why, facts)
         if rule.action == PolicyAction.ASK:
-            return Verdict(
-                rule.action,
-                why,
-                rule.id,
-                rule.name,
-                rule.message,
-                on_expiry=rule.on_expiry,
-                escalate_to=rule.escalate_to,
-            )
+            return _ask(rule, why, rule.message)
         return Verdict(rule.action, why, rule.id, rule.name, rule.message)
     return Verdict(PolicyAction.ASK, NO_RULE)
+
+
+def _ask(rule: Rule, why: str, message: str = "") -> Verdict:
+    """`rule` sends the call to a person (`why`), who decides under the rule's expiry."""
+    return Verdict(
+        PolicyAction.ASK,
+        why,
+        rule.id,
+        rule.name,
+        message,
+        on_expiry=rule.on_expiry,
+        escalate_to=rule.escalate_to,
+    )
 
 
 def _failed(rule: Rule, why: str) -> Verdict:
@@ -326,14 +324,7 @@ def _unless_warned(rule: Rule, call: Call, why: str, facts: FactsReader | None) 
     # Each as the reviewer reads it, label and value; the verdict's sentence ends them.
     warnings = [f"{fact.label}: {fact.value.rstrip('.')}" for fact in found if fact.warning]
     if warnings:
-        return Verdict(
-            PolicyAction.ASK,
-            f"it would approve ({why}), but the facts warn: {'; '.join(warnings)}",
-            rule.id,
-            rule.name,
-            on_expiry=rule.on_expiry,
-            escalate_to=rule.escalate_to,
-        )
+        return _ask(rule, f"it would approve ({why}), but the facts warn: {'; '.join(warnings)}")
     return Verdict(PolicyAction.APPROVE, f"{why}; no warnings", rule.id, rule.name, rule.message)
 
 
