@@ -151,15 +151,19 @@ def test_a_new_request_is_announced_in_the_live_region(live_site: Any, page: Any
     expect(announcer).to_have_text("New request: cancel_order, asked by alice.")
 
 
+def cancellation_in_ritas_inbox(page: Any, live_site: Any) -> tuple[Any, Any]:
+    """alice's "cancel order 42", paused; rita's open inbox on `page`; the request and its
+    row."""
+    request = pause("cancel order 42", make_user(username="alice"))
+    make_reviewer("rita", PASSWORD)
+    open_inbox(page, live_site, "rita")
+    return request, page.locator(f"#request-{request.pk}")
+
+
 def test_a_reviewer_edits_the_arguments_then_approves_and_the_edited_call_runs(
     live_site: Any, page: Any
 ) -> None:
-    alice = make_user(username="alice")
-    make_reviewer("rita", PASSWORD)
-    request = pause("cancel order 42", alice)
-
-    open_inbox(page, live_site, "rita")
-    row = page.locator(f"#request-{request.pk}")
+    request, row = cancellation_in_ritas_inbox(page, live_site)
     row.get_by_role("link", name="Edit, then approve").click()
     # The form comes from the tool's schema, prefilled, opened by the link.
     order = page.get_by_label("Order Id")
@@ -248,12 +252,7 @@ def test_after_an_edit_the_open_request_pages_show_the_call_as_it_ran(
 def test_an_empty_answer_as_the_tool_keeps_its_box_open_with_the_error_under_it(
     live_site: Any, page: Any
 ) -> None:
-    alice = make_user(username="alice")
-    make_reviewer("rita", PASSWORD)
-    request = pause("cancel order 42", alice)
-
-    open_inbox(page, live_site, "rita")
-    row = page.locator(f"#request-{request.pk}")
+    request, row = cancellation_in_ritas_inbox(page, live_site)
     row.get_by_text("Respond as the tool").click()
     output = row.get_by_label("The tool's output")
     output.fill("   ")  # nothing to answer with
